@@ -75,4 +75,14 @@ int VerbsErrno(const absl::Status& status) {
   return error;
 }
 
+absl::Status WithContext(const absl::Status& status, std::string_view context) {
+  if (status.ok()) return status;
+  absl::Status annotated(status.code(), absl::StrCat(std::string(context), ": ",
+                                                     status.message()));
+  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+    annotated.SetPayload(url, payload);
+  });
+  return annotated;
+}
+
 }  // namespace rdma_transport

@@ -31,6 +31,10 @@ absl::Status VerbsError(std::string_view call, int error,
 // The errno carried by a status from VerbsError(), or 0 for any other status.
 int VerbsErrno(const absl::Status& status);
 
+// `status` with "<context>: " put before its message; code and payloads (the
+// errno among them) are kept. An OK status is returned unchanged.
+absl::Status WithContext(const absl::Status& status, std::string_view context);
+
 }  // namespace rdma_transport
 
 #endif  // RDMA_TRANSPORT_VERBS_SHIM_VERBS_ERROR_H_

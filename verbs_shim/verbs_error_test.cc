@@ -49,6 +49,15 @@ TEST(VerbsErrorTest, OtherStatusesHaveNoErrno) {
   EXPECT_EQ(VerbsErrno(absl::InvalidArgumentError("plain")), 0);
 }
 
+TEST(VerbsErrorTest, WithContextKeepsCodeAndErrno) {
+  absl::Status status =
+      WithContext(VerbsError("ibv_modify_qp", EINVAL), "QP 7 INIT->RTR");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("QP 7 INIT->RTR: ibv_modify_qp"));
+  EXPECT_EQ(VerbsErrno(status), EINVAL);
+  EXPECT_TRUE(WithContext(absl::OkStatus(), "x").ok());
+}
+
 TEST(VerbsNamesTest, NamesAndMtus) {
   EXPECT_STREQ(WcStatusName(IBV_WC_RNR_RETRY_EXC_ERR),
                "IBV_WC_RNR_RETRY_EXC_ERR");

@@ -1,0 +1,232 @@
+// Context against exact verbs interactions: opening, GID choice, QP creation
+// with the device's vendor, and teardown.
+#include "transport/context.h"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "verbs_shim/mock_verbs.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+using ::testing::_;
+using ::testing::DoAll;
+using ::testing::HasSubstr;
+using ::testing::Invoke;
+using ::testing::NiceMock;
+using ::testing::Return;
+using ::testing::SetArgPointee;
+
+ibv_gid_entry GidEntry(uint32_t index, const char* address, ibv_gid_type type,
+                       uint32_t port = 1) {
+  ibv_gid_entry entry = {};
+  EXPECT_EQ(inet_pton(AF_INET6, address, entry.gid.raw), 1) << address;
+  entry.gid_index = index;
+  entry.gid_type = type;
+  entry.port_num = port;
+  return entry;
+}
+
+class ContextTest : public ::testing::Test {
+ protected:
+  ContextTest() {
+    device_attr_.vendor_id = 0x02c9;
+    device_attr_.vendor_part_id = 4123;
+    device_attr_.phys_port_cnt = 1;
+    device_attr_.max_qp_rd_atom = 16;
+    device_attr_.max_qp_init_rd_atom = 16;
+    port_attr_.link_layer = IBV_LINK_LAYER_ETHERNET;
+    port_attr_.active_mtu = IBV_MTU_1024;
+    port_attr_.gid_tbl_len = 8;
+    gids_ = {GidEntry(0, "fe80::1", IBV_GID_TYPE_ROCE_V2),
+             GidEntry(1, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V1),
+             GidEntry(2, "2001:db8::7", IBV_GID_TYPE_ROCE_V2),
+             GidEntry(3, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V2),
+             GidEntry(4, "::ffff:10.0.0.8", IBV_GID_TYPE_ROCE_V2)};
+    ON_CALL(verbs_, OpenDevice("mlx5_0")).WillByDefault(Return(&device_));
+    ON_CALL(verbs_, QueryDevice(&device_, _))
+        .WillByDefault(
+            DoAll(SetArgPointee<1>(device_attr_), Return(absl::OkStatus())));
+    ON_CALL(verbs_, QueryPort(&device_, 1, _))
+        .WillByDefault(
+            DoAll(SetArgPointee<2>(port_attr_), Return(absl::OkStatus())));
+    ON_CALL(verbs_, QueryGidTable(&device_, _))
+        .WillByDefault(Invoke([this](ibv_context*, std::span<ibv_gid_entry> out)
+                                  -> absl::StatusOr<size_t> {
+          if (out.size() < gids_.size()) {
+            return VerbsError("ibv_query_gid_table", EINVAL);
+          }
+          std::copy(gids_.begin(), gids_.end(), out.begin());
+          return gids_.size();
+        }));
+    ON_CALL(verbs_, AllocPd(&device_)).WillByDefault(Return(&pd_));
+    ON_CALL(verbs_, DeallocPd(&pd_)).WillByDefault(Return(absl::OkStatus()));
+    ON_CALL(verbs_, CloseDevice(&device_))
+        .WillByDefault(Return(absl::OkStatus()));
+  }
+
+  absl::StatusOr<std::unique_ptr<Context>> Open(TransportConfig config = {}) {
+    return Context::Open(verbs_, "mlx5_0", config);
+  }
+
+  NiceMock<MockVerbs> verbs_;
+  ibv_context device_ = {};
+  ibv_pd pd_ = {};
+  ibv_device_attr device_attr_ = {};
+  ibv_port_attr port_attr_ = {};
+  std::vector<ibv_gid_entry> gids_;
+};
+
+TEST_F(ContextTest, AutoGidIsTheFirstRoceV2Ipv4MappedEntry) {
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 3u);
+  EXPECT_EQ(FormatGid((*context)->gid().gid), "::ffff:10.0.0.7");
+  EXPECT_EQ((*context)->gid().gid_type, IBV_GID_TYPE_ROCE_V2);
+}
+
+TEST_F(ContextTest, AutoGidSkipsOtherPortsZeroAndLinkLocal) {
+  gids_ = {GidEntry(0, "::ffff:10.9.9.9", IBV_GID_TYPE_ROCE_V2, /*port=*/2),
+           GidEntry(1, "::", IBV_GID_TYPE_ROCE_V2),
+           GidEntry(2, "fe80::ffff:10.0.0.1", IBV_GID_TYPE_ROCE_V2),
+           GidEntry(5, "::ffff:192.168.1.5", IBV_GID_TYPE_ROCE_V2)};
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 5u);
+}
+
+TEST_F(ContextTest, NoUsableGidIsNotFoundAndListsTheTable) {
+  gids_ = {GidEntry(0, "fe80::1", IBV_GID_TYPE_ROCE_V2),
+           GidEntry(1, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V1)};
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_FALSE(context.ok());
+  EXPECT_EQ(context.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(context.status().message(),
+              HasSubstr("0=fe80::1 (RoCE v2), 1=::ffff:10.0.0.7 (RoCE v1)"));
+  EXPECT_THAT(context.status().message(), HasSubstr("mlx5_0 port 1"));
+}
+
+TEST_F(ContextTest, ConfiguredGidIndexIsQueriedAndUsed) {
+  EXPECT_CALL(verbs_, QueryGidTable).Times(0);
+  EXPECT_CALL(verbs_, QueryGid(&device_, 1, 2, _))
+      .WillOnce(DoAll(SetArgPointee<3>(gids_[2]), Return(absl::OkStatus())));
+  TransportConfig config;
+  config.gid_index = 2;
+  absl::StatusOr<std::unique_ptr<Context>> context = Open(config);
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 2u);
+  EXPECT_EQ(FormatGid((*context)->gid().gid), "2001:db8::7");
+}
+
+TEST_F(ContextTest, EmptyConfiguredGidIndexNamesTheVariable) {
+  EXPECT_CALL(verbs_, QueryGid(&device_, 1, 9, _))
+      .WillOnce(Return(VerbsError("ibv_query_gid_ex", ENODATA)));
+  TransportConfig config;
+  config.gid_index = 9;
+  absl::StatusOr<std::unique_ptr<Context>> context = Open(config);
+  ASSERT_FALSE(context.ok());
+  EXPECT_THAT(context.status().message(),
+              HasSubstr("MC_GID_INDEX=9 cannot be used on mlx5_0 port 1"));
+  EXPECT_EQ(VerbsErrno(context.status()), ENODATA);
+}
+
+TEST_F(ContextTest, PortTheDeviceDoesNotHaveIsRefused) {
+  TransportConfig config;
+  config.port = 2;
+  absl::StatusOr<std::unique_ptr<Context>> context = Open(config);
+  ASSERT_FALSE(context.ok());
+  EXPECT_EQ(context.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(context.status().message(), HasSubstr("MC_IB_PORT=2"));
+}
+
+TEST_F(ContextTest, MtuIsTheSmallerOfConfigAndActive) {
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok());
+  EXPECT_EQ((*context)->mtu(), 1024);
+  TransportConfig config;
+  config.mtu = 512;
+  context = Open(config);
+  ASSERT_TRUE(context.ok());
+  EXPECT_EQ((*context)->mtu(), 512);
+}
+
+TEST_F(ContextTest, UnknownDeviceFailsWithTheBackendsError) {
+  EXPECT_CALL(verbs_, OpenDevice("mlx5_9"))
+      .WillOnce(Return(absl::NotFoundError("no RDMA device named \"mlx5_9\"")));
+  absl::StatusOr<std::unique_ptr<Context>> context =
+      Context::Open(verbs_, "mlx5_9", {});
+  EXPECT_EQ(context.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ContextTest, ClosesWhatItOpenedWhenOpenFailsHalfway) {
+  EXPECT_CALL(verbs_, AllocPd(&device_))
+      .WillOnce(Return(VerbsError("ibv_alloc_pd", ENOMEM)));
+  EXPECT_CALL(verbs_, DeallocPd).Times(0);
+  EXPECT_CALL(verbs_, CloseDevice(&device_)).Times(1);
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_FALSE(context.ok());
+  EXPECT_EQ(VerbsErrno(context.status()), ENOMEM);
+  EXPECT_THAT(context.status().message(), HasSubstr("mlx5_0"));
+}
+
+TEST_F(ContextTest, DestructionReleasesPdThenDevice) {
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok());
+  ::testing::InSequence in_order;
+  EXPECT_CALL(verbs_, DeallocPd(&pd_));
+  EXPECT_CALL(verbs_, CloseDevice(&device_));
+  context->reset();
+}
+
+TEST_F(ContextTest, CreateRcQpNegotiatesWithTheDevicesVendorAndCaches) {
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok());
+  ibv_cq cq = {};
+  ibv_qp qp = {};
+  std::vector<uint32_t> requests;
+  EXPECT_CALL(verbs_, CreateQp(&pd_, _))
+      .WillRepeatedly(Invoke(
+          [&](ibv_pd*, ibv_qp_init_attr* attr) -> absl::StatusOr<ibv_qp*> {
+            requests.push_back(attr->cap.max_inline_data);
+            EXPECT_EQ(attr->qp_type, IBV_QPT_RC);
+            EXPECT_EQ(attr->send_cq, &cq);
+            EXPECT_EQ(attr->cap.max_send_wr, 32u);
+            if (attr->cap.max_inline_data > 220) {
+              return VerbsError("ibv_create_qp", EINVAL);
+            }
+            return &qp;
+          }));
+  RcQpCaps caps;
+  caps.max_send_wr = 32;
+  absl::StatusOr<NegotiatedQp> first = (*context)->CreateRcQp(caps, &cq, &cq);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<NegotiatedQp> second = (*context)->CreateRcQp(caps, &cq, &cq);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(requests, (std::vector<uint32_t>{236, 220, 220}));
+  EXPECT_EQ(second->usable_inline, 220u);
+}
+
+TEST_F(ContextTest, EndpointAndRouteDescribeThisSide) {
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok());
+  ibv_qp qp = {};
+  qp.qp_num = 99;
+  QpEndpoint endpoint = (*context)->Endpoint(&qp, 0x1abcdef);
+  EXPECT_EQ(endpoint.qp_num, 99u);
+  EXPECT_EQ(endpoint.psn, 0xabcdefu);  // 24 bits
+  EXPECT_EQ(FormatGid(endpoint.gid), "::ffff:10.0.0.7");
+  EXPECT_EQ(endpoint.mtu, 1024);
+  LocalRoute route = (*context)->Route(5);
+  EXPECT_TRUE(route.use_global_route);
+  EXPECT_EQ(route.sgid_index, 3u);
+  EXPECT_EQ(route.max_rd_atomic, 16);
+}
+
+}  // namespace
+}  // namespace rdma_transport

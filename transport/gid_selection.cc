@@ -1,0 +1,106 @@
+#include "transport/gid_selection.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+
+bool IsZeroGid(const ibv_gid& gid) {
+  static constexpr uint8_t kZero[16] = {};
+  return std::memcmp(gid.raw, kZero, sizeof(kZero)) == 0;
+}
+
+bool IsLinkLocalGid(const ibv_gid& gid) {
+  return gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80;
+}
+
+bool IsIpv4MappedGid(const ibv_gid& gid) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0,    0,
+                                          0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(gid.raw, kPrefix, sizeof(kPrefix)) == 0;
+}
+
+std::string FormatGid(const ibv_gid& gid) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (inet_ntop(AF_INET6, gid.raw, text, sizeof(text)) == nullptr) {
+    return "<unprintable gid>";
+  }
+  return text;
+}
+
+const char* GidTypeName(ibv_gid_type type) {
+  switch (type) {
+    case IBV_GID_TYPE_IB:
+      return "IB";
+    case IBV_GID_TYPE_ROCE_V1:
+      return "RoCE v1";
+    case IBV_GID_TYPE_ROCE_V2:
+      return "RoCE v2";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
+                                      std::string_view device_name,
+                                      uint8_t port,
+                                      const ibv_port_attr& port_attr,
+                                      std::optional<uint8_t> configured_index) {
+  const std::string where =
+      absl::StrCat(std::string(device_name), " port ", port);
+  if (configured_index.has_value()) {
+    ibv_gid_entry entry = {};
+    absl::Status status =
+        verbs.QueryGid(context, port, *configured_index, &entry);
+    if (!status.ok()) {
+      return WithContext(status,
+                         absl::StrCat("MC_GID_INDEX=", *configured_index,
+                                      " cannot be used on ", where));
+    }
+    return SelectedGid{*configured_index, entry.gid,
+                       static_cast<ibv_gid_type>(entry.gid_type)};
+  }
+
+  if (port_attr.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+    ibv_gid_entry entry = {};
+    absl::Status status = verbs.QueryGid(context, port, 0, &entry);
+    if (!status.ok()) return status;
+    return SelectedGid{0, entry.gid, static_cast<ibv_gid_type>(entry.gid_type)};
+  }
+
+  const size_t capacity = std::max<size_t>(port_attr.gid_tbl_len, 1) * 4;
+  std::vector<ibv_gid_entry> entries(capacity);
+  absl::StatusOr<size_t> count = verbs.QueryGidTable(context, entries);
+  if (!count.ok()) return count.status();
+  entries.resize(std::min(*count, capacity));
+
+  const ibv_gid_entry* best = nullptr;
+  std::string seen;
+  for (const ibv_gid_entry& entry : entries) {
+    if (entry.port_num != port) continue;
+    absl::StrAppend(&seen, seen.empty() ? "" : ", ", entry.gid_index, "=",
+                    FormatGid(entry.gid), " (",
+                    GidTypeName(static_cast<ibv_gid_type>(entry.gid_type)),
+                    ")");
+    if (entry.gid_type != IBV_GID_TYPE_ROCE_V2) continue;
+    if (IsZeroGid(entry.gid) || IsLinkLocalGid(entry.gid)) continue;
+    if (!IsIpv4MappedGid(entry.gid)) continue;
+    if (best == nullptr || entry.gid_index < best->gid_index) best = &entry;
+  }
+  if (best == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no RoCE v2 GID with an IPv4-mapped address on ", where,
+                     " (GID table: ", seen.empty() ? "empty" : seen,
+                     "); give the netdev an IPv4 address or set MC_GID_INDEX"));
+  }
+  return SelectedGid{best->gid_index, best->gid,
+                     static_cast<ibv_gid_type>(best->gid_type)};
+}
+
+}  // namespace rdma_transport

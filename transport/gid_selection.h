@@ -1,0 +1,51 @@
+// File: transport/gid_selection.h
+//
+// Choosing the local GID a QP's traffic is sourced from.
+//
+// With MC_GID_INDEX set, that entry is used (it must exist on the port).
+// Otherwise, on a RoCE port, the lowest-index RoCE v2 GID holding an
+// IPv4-mapped address (::ffff:a.b.c.d): RoCE v1 and IB-type entries, the zero
+// GID and link-local (fe80::/10) entries are skipped, since RoCE v2 over IPv4
+// is what routes across an L3 fabric and what DSCP/ToS marking applies to. On
+// an InfiniBand port, index 0 (the port GID).
+//
+// Stateless functions, safe for concurrent use. Errors: kNotFound when no
+// entry qualifies (the message lists what the table holds), or the verbs
+// error of the query.
+
+#ifndef RDMA_TRANSPORT_TRANSPORT_GID_SELECTION_H_
+#define RDMA_TRANSPORT_TRANSPORT_GID_SELECTION_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "verbs_shim/verbs.h"
+
+namespace rdma_transport {
+
+struct SelectedGid {
+  uint32_t index = 0;
+  ibv_gid gid = {};
+  ibv_gid_type gid_type = IBV_GID_TYPE_IB;
+};
+
+absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
+                                      std::string_view device_name,
+                                      uint8_t port,
+                                      const ibv_port_attr& port_attr,
+                                      std::optional<uint8_t> configured_index);
+
+bool IsZeroGid(const ibv_gid& gid);
+bool IsLinkLocalGid(const ibv_gid& gid);   // fe80::/10
+bool IsIpv4MappedGid(const ibv_gid& gid);  // ::ffff:0:0/96
+// "::ffff:10.0.0.1", "fe80::1", ... (inet_ntop form).
+std::string FormatGid(const ibv_gid& gid);
+// "IB", "RoCE v1", "RoCE v2".
+const char* GidTypeName(ibv_gid_type type);
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_TRANSPORT_GID_SELECTION_H_

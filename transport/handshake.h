@@ -1,0 +1,114 @@
+// File: transport/handshake.h
+//
+// The out-of-band connection handshake: what two sides exchange over TCP so
+// each can bring its RC QP up against the other's. A versioned,
+// length-prefixed binary format; every integer is big-endian.
+//
+//   header (12 bytes)
+//     magic    u32  0x52445450 ("RDTP")
+//     version  u16  kHandshakeVersion
+//     type     u8   1 HELLO (client -> server), 2 ACCEPT (server -> client),
+//                   3 READY (client -> server), 4 REJECT (either way)
+//     flags    u8   0
+//     length   u32  length of the body that follows, <= kMaxHandshakeBody
+//   HELLO / ACCEPT body (40 bytes + token)
+//     qp_num      u32  1..0xFFFFFF
+//     psn         u32  0..0xFFFFFF
+//     gid         16 bytes
+//     lid         u16
+//     port        u8   >= 1
+//     reserved    u8   0
+//     mtu         u16  256, 512, 1024, 2048 or 4096
+//     reserved    u16  0
+//     recv_slots  u32  kMinRecvSlots..kMaxRecvSlots: receive WRs posted
+//     slot_size   u32  0..kMaxSlotSize: largest message a slot holds
+//     token_len   u16  0..kMaxTokenLength, then the token bytes (HELLO only;
+//                      ACCEPT carries 0)
+//     reserved    u16  0
+//   READY body: empty.
+//   REJECT body: reason_len u16 (1..kMaxReasonLength), then the reason, in
+//     printable ASCII.
+//
+// The sequence: the client sends HELLO; the server checks it (version, token,
+// values), brings its QP to RTS with receives posted and answers ACCEPT (or
+// REJECT and closes); the client brings its QP to RTS, posts its receives and
+// sends READY, after which both may send.
+//
+// Decoding is strict: wrong magic or version, an unknown type, non-zero
+// flags or reserved fields, a body longer than kMaxHandshakeBody, a body
+// whose length is not exactly what its fields need, truncated input, and any
+// value out of its range fail with kInvalidArgument naming the field and the
+// value. Functions are stateless and thread-safe; decoding never reads out
+// of `bytes`.
+
+#ifndef RDMA_TRANSPORT_TRANSPORT_HANDSHAKE_H_
+#define RDMA_TRANSPORT_TRANSPORT_HANDSHAKE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transport/qp_bringup.h"
+
+namespace rdma_transport {
+
+inline constexpr uint32_t kHandshakeMagic = 0x52445450;  // "RDTP"
+inline constexpr uint16_t kHandshakeVersion = 1;
+inline constexpr size_t kHandshakeHeaderSize = 12;
+inline constexpr size_t kMaxHandshakeBody = 1024;
+inline constexpr size_t kMaxTokenLength = 256;
+inline constexpr size_t kMaxReasonLength = 512;
+inline constexpr uint32_t kMinRecvSlots = 2;
+inline constexpr uint32_t kMaxRecvSlots = 65535;
+inline constexpr uint32_t kMaxSlotSize = 16u << 20;  // 16 MiB
+
+enum class HandshakeType : uint8_t {
+  kHello = 1,
+  kAccept = 2,
+  kReady = 3,
+  kReject = 4,
+};
+
+const char* HandshakeTypeName(HandshakeType type);
+
+struct HandshakeMessage {
+  HandshakeType type = HandshakeType::kHello;
+  // HELLO and ACCEPT.
+  QpEndpoint endpoint;
+  uint32_t recv_slots = 0;
+  uint32_t slot_size = 0;
+  std::string token;  // HELLO only
+  // REJECT only.
+  std::string reason;
+};
+
+struct HandshakeHeader {
+  HandshakeType type = HandshakeType::kHello;
+  uint32_t body_length = 0;
+};
+
+// The wire bytes of `message`. Fails with kInvalidArgument if a field is
+// out of range (the same checks as decoding).
+absl::StatusOr<std::vector<uint8_t>> EncodeHandshake(
+    const HandshakeMessage& message);
+
+// Checks a header (exactly kHandshakeHeaderSize bytes).
+absl::StatusOr<HandshakeHeader> DecodeHandshakeHeader(
+    std::span<const uint8_t> bytes);
+
+// Decodes a body whose header was already checked; `body` must be exactly
+// header.body_length bytes.
+absl::StatusOr<HandshakeMessage> DecodeHandshakeBody(
+    const HandshakeHeader& header, std::span<const uint8_t> body);
+
+// Decodes exactly one whole frame (header and body, nothing after it).
+absl::StatusOr<HandshakeMessage> DecodeHandshakeFrame(
+    std::span<const uint8_t> bytes);
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_TRANSPORT_HANDSHAKE_H_

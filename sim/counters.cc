@@ -1,0 +1,57 @@
+#include "sim/counters.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "verbs_shim/verbs_names.h"
+
+namespace rdma_transport::sim {
+
+uint64_t SimCounters::total_completions() const {
+  uint64_t total = 0;
+  for (uint64_t count : completions_by_status) total += count;
+  return total;
+}
+
+SimCounters& SimCounters::operator+=(const SimCounters& other) {
+  send_wrs_posted += other.send_wrs_posted;
+  recv_wrs_posted += other.recv_wrs_posted;
+  inline_sends += other.inline_sends;
+  payload_bytes_delivered += other.payload_bytes_delivered;
+  dma_read_bytes += other.dma_read_bytes;
+  packets_sent += other.packets_sent;
+  packets_dropped += other.packets_dropped;
+  retransmissions += other.retransmissions;
+  rnr_naks += other.rnr_naks;
+  cq_overruns += other.cq_overruns;
+  completions_lost += other.completions_lost;
+  for (size_t i = 0; i < kWcStatusCount; ++i) {
+    completions_by_status[i] += other.completions_by_status[i];
+  }
+  return *this;
+}
+
+std::string SimCounters::ToString() const {
+  std::string text;
+  auto add = [&text](const char* name, uint64_t value) {
+    if (value == 0) return;
+    absl::StrAppend(&text, text.empty() ? "" : " ", name, "=", value);
+  };
+  add("send_wrs_posted", send_wrs_posted);
+  add("recv_wrs_posted", recv_wrs_posted);
+  add("inline_sends", inline_sends);
+  add("payload_bytes_delivered", payload_bytes_delivered);
+  add("dma_read_bytes", dma_read_bytes);
+  add("packets_sent", packets_sent);
+  add("packets_dropped", packets_dropped);
+  add("retransmissions", retransmissions);
+  add("rnr_naks", rnr_naks);
+  add("cq_overruns", cq_overruns);
+  add("completions_lost", completions_lost);
+  for (size_t i = 0; i < kWcStatusCount; ++i) {
+    add(WcStatusName(static_cast<ibv_wc_status>(i)), completions_by_status[i]);
+  }
+  return text.empty() ? "(all zero)" : text;
+}
+
+}  // namespace rdma_transport::sim

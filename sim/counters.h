@@ -1,0 +1,74 @@
+// File: sim/counters.h
+//
+// `SimCounters` is a snapshot of what the simulated NICs did, per device
+// (Fabric::DeviceCounters) or summed over the fabric (Fabric::Counters()).
+// Plain data, copied out under the fabric's lock; thread-compatible.
+//
+// A "packet" here is one transmission of one message (a request, an
+// acknowledgement or an RDMA READ response): the simulator does not split
+// messages into MTU-sized packets on the wire, although PSNs advance by the
+// MTU-sized packet count as on a real NIC.
+
+#ifndef RDMA_TRANSPORT_SIM_COUNTERS_H_
+#define RDMA_TRANSPORT_SIM_COUNTERS_H_
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace rdma_transport::sim {
+
+// ibv_wc_status values run from IBV_WC_SUCCESS to IBV_WC_TM_RNDV_INCOMPLETE.
+inline constexpr size_t kWcStatusCount = IBV_WC_TM_RNDV_INCOMPLETE + 1;
+
+struct SimCounters {
+  // Work requests accepted by PostSend / PostRecv.
+  uint64_t send_wrs_posted = 0;
+  uint64_t recv_wrs_posted = 0;
+  // Of the send WRs, those posted with IBV_SEND_INLINE (payload copied at
+  // post time; the NIC reads no host memory for them).
+  uint64_t inline_sends = 0;
+  // Payload bytes placed in host memory by the NIC: received SENDs, RDMA
+  // WRITE targets and RDMA READ results, counted at the device whose memory
+  // was written.
+  uint64_t payload_bytes_delivered = 0;
+  // Host memory the NIC read (DMA) to transmit: gathered SEND/WRITE payloads
+  // (again on every retransmission) and the source of RDMA READ responses.
+  // Zero for inline sends: that is where their latency gain comes from.
+  uint64_t dma_read_bytes = 0;
+  // Request, acknowledgement and READ-response transmissions put on the wire
+  // by this device, retransmissions included.
+  uint64_t packets_sent = 0;
+  // Packets lost: injected drops, packets to a dead device or to no QP, or to
+  // a QP not ready to receive, and out-of-sequence PSNs. Counted at the device
+  // where the packet died (the sender's when nothing matched its route).
+  uint64_t packets_dropped = 0;
+  // Requests sent again after a transport timeout or an RNR NAK.
+  uint64_t retransmissions = 0;
+  // RNR NAKs this device received as a requester.
+  uint64_t rnr_naks = 0;
+  // CQs that overflowed, and completions lost because their CQ had.
+  uint64_t cq_overruns = 0;
+  uint64_t completions_lost = 0;
+  // Completions written to this device's CQs, by ibv_wc_status.
+  std::array<uint64_t, kWcStatusCount> completions_by_status{};
+
+  uint64_t completions(ibv_wc_status status) const {
+    return static_cast<size_t>(status) < kWcStatusCount
+               ? completions_by_status[status]
+               : 0;
+  }
+  uint64_t total_completions() const;
+
+  SimCounters& operator+=(const SimCounters& other);
+
+  // One "name=value" per non-zero counter, for logs and failure messages.
+  std::string ToString() const;
+};
+
+}  // namespace rdma_transport::sim
+
+#endif  // RDMA_TRANSPORT_SIM_COUNTERS_H_

@@ -1,0 +1,142 @@
+// File: sim/device_profile.h
+//
+// `DeviceProfile` describes one model of RDMA NIC as plain data: identity
+// (vendor, part, firmware), the limits ibv_query_device and ibv_query_port
+// report, and the rules the vendor's provider applies when it sizes a QP or a
+// CQ (how it grants max_inline_data, whether it rounds queue depths up, which
+// errno a post beyond the QP's limits fails with). The simulator reads nothing
+// else, so adding a NIC model is adding a function that fills one in:
+//
+//   DeviceProfile MyNic() {
+//     DeviceProfile profile = ConnectX6();
+//     profile.model = "My NIC";
+//     profile.name_prefix = "sim_mynic";
+//     profile.max_inline_data = 64;
+//     profile.inline_rule = InlineRule::kFixedLimit;
+//     return profile;
+//   }
+//
+// `GrantQpCaps()` and `GrantCqDepth()` apply a profile's rules to a request
+// exactly as CreateQp/CreateCq do, so tests can check a profile without a
+// fabric. The figures in the stock profiles are the providers' documented or
+// observed values; where a figure was not known it is a plausible one and is
+// marked so in docs/simulator.md.
+//
+// Plain data and pure functions: thread-compatible, no ownership.
+
+#ifndef RDMA_TRANSPORT_SIM_DEVICE_PROFILE_H_
+#define RDMA_TRANSPORT_SIM_DEVICE_PROFILE_H_
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace rdma_transport::sim {
+
+// How a provider turns the max_inline_data a QP asks for into the one it
+// grants (and writes back into ibv_qp_init_attr::cap).
+enum class InlineRule {
+  // libmlx5 (ConnectX): the send WQE is sized to hold the request and rounded
+  // up to 64-byte blocks; the grant is whatever fits in that WQE, so it can
+  // exceed the request. Refused with EINVAL when the WQE would exceed
+  // `mlx5_max_send_wqe_bytes`. See GrantQpCaps().
+  kMlx5,
+  // irdma, erdma: the request is granted as asked when it is at most
+  // `max_inline_data` and refused with EINVAL above; nothing larger is
+  // written back.
+  kFixedLimit,
+  // rxe (Soft-RoCE): the grant is max(request, 16 * max_send_sge) (the send
+  // WQE's scatter/gather space doubles as inline space), EINVAL above
+  // `max_inline_data` (512); max_send_sge is written back as grant / 16.
+  kRxe,
+};
+
+struct DeviceProfile {
+  // --- Identity ---
+  std::string model;        // "ConnectX-6", for messages and docs.
+  std::string name_prefix;  // Device names are "<prefix>_<n>": "sim_cx6_0".
+  uint32_t vendor_id = 0;
+  uint32_t vendor_part_id = 0;
+  uint32_t hw_ver = 0;
+  std::string fw_version;
+
+  // --- Device limits (ibv_device_attr) ---
+  uint64_t max_mr_size = 0;
+  uint64_t page_size_cap = 0;
+  int max_qp = 0;
+  int max_qp_wr = 0;
+  int max_sge = 0;
+  int max_sge_rd = 0;
+  int max_cq = 0;
+  int max_cqe = 0;
+  int max_mr = 0;
+  int max_pd = 0;
+  int max_qp_rd_atom = 0;
+  int max_qp_init_rd_atom = 0;
+  uint16_t max_pkeys = 1;
+  int num_comp_vectors = 1;
+  unsigned int device_cap_flags = 0;
+
+  // --- Port 1 (ibv_port_attr); every simulated device has one port ---
+  uint8_t link_layer = IBV_LINK_LAYER_ETHERNET;
+  ibv_mtu max_mtu = IBV_MTU_4096;
+  ibv_mtu active_mtu = IBV_MTU_1024;
+  int gid_table_length = 16;
+  uint32_t max_msg_size = 1u << 31;
+  uint8_t active_width = 2;  // 4x
+  uint8_t active_speed = 7;  // EDR-class lane speed code
+  // Type of GID index 0 (the link-local fe80:: entry) on an Ethernet port.
+  // Index 1 is always the IPv4-mapped RoCE v2 entry.
+  ibv_gid_type link_local_gid_type = IBV_GID_TYPE_ROCE_V2;
+
+  // --- Provider rules for sizing queues and for posting ---
+  InlineRule inline_rule = InlineRule::kFixedLimit;
+  // kFixedLimit and kRxe: the largest max_inline_data granted.
+  uint32_t max_inline_data = 0;
+  // kMlx5: the largest send WQE (max_sq_desc_sz), in bytes.
+  uint32_t mlx5_max_send_wqe_bytes = 1024;
+  // libmlx5 rounds QP and CQ depths up to powers of two and writes the larger
+  // values back; other providers grant depths exactly.
+  bool power_of_two_queue_depths = false;
+  // The errno of a post whose inline payload or scatter/gather count exceeds
+  // the QP's grant: libmlx5 says ENOMEM, the others EINVAL. (A full queue is
+  // ENOMEM everywhere.)
+  int post_limit_errno = EINVAL;
+};
+
+// --- Stock profiles ---
+
+// NVIDIA ConnectX-6 (mlx5), RoCE: vendor 0x02c9, part 4123.
+DeviceProfile ConnectX6();
+// NVIDIA ConnectX-7 (mlx5), RoCE: vendor 0x02c9, part 4129.
+DeviceProfile ConnectX7();
+// ConnectX-7 with an InfiniBand port: LIDs, IB GIDs, routing by DLID.
+DeviceProfile ConnectX7Infiniband();
+// Intel E810 (irdma gen2), RoCE: vendor 0x8086, part 0x1593, inline 101.
+DeviceProfile IntelE810();
+// Intel X722 (irdma gen1), RoCE: vendor 0x8086, part 0x37D0, inline 48.
+DeviceProfile IntelX722();
+// Alibaba eRDMA: vendor 0x1ded, part 0x107f, inline 96.
+DeviceProfile AlibabaErdma();
+// Soft-RoCE (rxe): vendor 0xFFFFFF, part 0, inline 16..512, active MTU 1024.
+DeviceProfile SoftRoce();
+
+// --- The provider rules, as CreateQp and CreateCq apply them ---
+
+// What the device grants for `requested` (an RC QP's ibv_qp_init_attr::cap):
+// the values CreateQp writes back. Fails like ibv_create_qp: EINVAL
+// (VerbsError("ibv_create_qp", EINVAL, why)) for a depth, scatter/gather count
+// or inline size the device refuses.
+absl::StatusOr<ibv_qp_cap> GrantQpCaps(const DeviceProfile& profile,
+                                       const ibv_qp_cap& requested);
+
+// The depth a CQ asked for `cqe` entries gets (what ibv_cq::cqe reports):
+// EINVAL for cqe < 1 or above max_cqe.
+absl::StatusOr<int> GrantCqDepth(const DeviceProfile& profile, int cqe);
+
+}  // namespace rdma_transport::sim
+
+#endif  // RDMA_TRANSPORT_SIM_DEVICE_PROFILE_H_

@@ -1,0 +1,138 @@
+// File: sim/fabric.h
+//
+// `Fabric` is a simulated RDMA network: the NICs on it (each built from a
+// `DeviceProfile`), the wire between them, a virtual clock, fault injection,
+// counters and a record of every verbs object still alive. `SimVerbs`
+// (sim/sim_verbs.h) is the `Verbs` backend that drives it.
+//
+//   Fabric fabric;                                      // kImmediate
+//   std::string a = *fabric.AddDevice(ConnectX6());     // "sim_cx6_0"
+//   std::string b = *fabric.AddDevice(ConnectX6());     // "sim_cx6_1"
+//   SimVerbs verbs(&fabric);
+//   ibv_context* context = *verbs.OpenDevice(a);
+//   ...                                                 // as with libibverbs
+//   EXPECT_THAT(fabric.LeakReport(), IsEmpty());
+//
+// Addressing. Each device has one port. On Ethernet (RoCE) the port's GID
+// table holds index 0, a link-local fe80:: GID, and index 1, the RoCE v2
+// IPv4-mapped GID ::ffff:a.b.c.d of the device's address (10.0.0.N unless
+// given). A QP's route is the device whose table holds ah_attr.grh.dgid (or,
+// on InfiniBand, whose LID is ah_attr.dlid), then dest_qp_num on it. Packets
+// with no route are lost and the sender ends in IBV_WC_RETRY_EXC_ERR.
+//
+// Progress. Work moves as discrete events on a virtual clock (nanoseconds
+// from the fabric's creation; a packet takes `link_latency` plus its
+// serialisation time at `link_gbps`). In ProgressMode::kImmediate every verbs
+// call that creates work (post, modify, destroy, a fault) runs the fabric
+// until nothing is left to do before returning, jumping the clock across
+// timers (retransmission, RNR); no real time passes. In kManual nothing moves
+// until the test calls RunUntilIdle(), Step() or AdvanceClock(). Nothing ever
+// sleeps and there is no background thread.
+//
+// Thread-safety: safe for concurrent use; one lock guards all simulated state,
+// so runs are deterministic when driven from one thread. The Fabric must
+// outlive every SimVerbs bound to it; its destructor frees everything still
+// alive and prints the leak report to stderr when it is not empty.
+
+#ifndef RDMA_TRANSPORT_SIM_FABRIC_H_
+#define RDMA_TRANSPORT_SIM_FABRIC_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sim/counters.h"
+#include "sim/device_profile.h"
+#include "sim/fault_injector.h"
+
+namespace rdma_transport::sim {
+
+namespace internal {
+class FabricCore;
+}  // namespace internal
+
+enum class ProgressMode {
+  kImmediate,  // Each verbs call runs the fabric to quiescence.
+  kManual,     // Only RunUntilIdle(), Step() and AdvanceClock() move it.
+};
+
+struct FabricOptions {
+  ProgressMode progress_mode = ProgressMode::kImmediate;
+  // One-way propagation delay of every link.
+  std::chrono::nanoseconds link_latency{1000};
+  // Serialisation rate: a message of B bytes also takes B * 8 / link_gbps ns.
+  uint32_t link_gbps = 100;
+};
+
+// One verbs object still alive, for the leak report.
+struct LiveObject {
+  std::string kind;     // "context", "pd", "mr", "cq", "comp_channel", "qp"
+  std::string device;   // "sim_cx6_0"
+  uint32_t handle = 0;  // ibv_*::handle; for a QP, its qp_num
+  std::string ToString() const;
+};
+
+class Fabric {
+ public:
+  explicit Fabric(FabricOptions options = {});
+  ~Fabric();
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+
+  // Adds a NIC and returns its name: `name`, or "<profile.name_prefix>_<n>"
+  // with n counting the devices of that prefix. `ipv4` ("10.1.2.3") is the
+  // address behind its RoCE v2 GID; by default 10.0.0.<k> for the k-th
+  // device. kAlreadyExists for a taken name or address, kInvalidArgument for
+  // a malformed address.
+  absl::StatusOr<std::string> AddDevice(
+      const DeviceProfile& profile,
+      std::optional<std::string> name = std::nullopt,
+      std::optional<std::string> ipv4 = std::nullopt);
+  std::vector<std::string> DeviceNames() const;
+
+  FaultInjector& faults() { return faults_; }
+
+  ProgressMode progress_mode() const;
+  // Switching to kImmediate runs the fabric to quiescence.
+  void set_progress_mode(ProgressMode mode);
+
+  // --- The virtual clock ---
+
+  // Virtual time since the fabric was created.
+  std::chrono::nanoseconds Now() const;
+  // Runs events until none is left, jumping the clock to each; returns how
+  // many ran. Work waiting on something only the test can do (an RNR wait
+  // with rnr_retry 7, a lost packet with timeout 0) does not keep it busy.
+  size_t RunUntilIdle();
+  // Runs the earliest pending event (moving the clock to it); false if none.
+  bool Step();
+  // Runs every event due within `duration`, then sets the clock to
+  // Now() + duration; returns how many ran.
+  size_t AdvanceClock(std::chrono::nanoseconds duration);
+  size_t PendingEvents() const;
+
+  // --- Accounting ---
+
+  SimCounters Counters() const;  // Summed over all devices.
+  absl::StatusOr<SimCounters> DeviceCounters(std::string_view device) const;
+
+  // Every verbs object not yet destroyed, in creation order.
+  std::vector<LiveObject> LeakReport() const;
+
+ private:
+  friend class SimVerbs;
+  internal::FabricCore& core() { return *core_; }
+
+  std::unique_ptr<internal::FabricCore> core_;
+  FaultInjector faults_;
+};
+
+}  // namespace rdma_transport::sim
+
+#endif  // RDMA_TRANSPORT_SIM_FABRIC_H_

@@ -1,0 +1,118 @@
+#include "sim/fault_injector.h"
+
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "sim/internal/fabric_core.h"
+
+namespace rdma_transport::sim {
+namespace {
+
+using internal::Device;
+using internal::FabricCore;
+using internal::ResolvedTarget;
+
+absl::StatusOr<ResolvedTarget> Resolve(const FabricCore& core,
+                                       const FaultTarget& target) {
+  ResolvedTarget resolved;
+  resolved.qp_num = target.qp_num;
+  if (!target.device.empty()) {
+    const Device* device = core.FindDevice(target.device);
+    if (device == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no device named \"", target.device, "\""));
+    }
+    resolved.device = static_cast<int>(device->index);
+  }
+  return resolved;
+}
+
+}  // namespace
+
+void FaultInjector::RefuseCreateQp(const CreateQpFault& fault) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->faults.create_qp.push_back(fault);
+}
+
+void FaultInjector::FailRegMr(const CallFault& fault) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->faults.reg_mr.push_back(fault);
+}
+
+void FaultInjector::FailCreateCq(const CallFault& fault) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->faults.create_cq.push_back(fault);
+}
+
+void FaultInjector::FailModifyQp(const ModifyQpFault& fault) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->faults.modify_qp.push_back(fault);
+}
+
+absl::Status FaultInjector::FailCompletions(const FaultTarget& target,
+                                            ibv_wc_status status, int count) {
+  if (status == IBV_WC_SUCCESS) {
+    return absl::InvalidArgumentError(
+        "FailCompletions needs an error status, not IBV_WC_SUCCESS");
+  }
+  std::lock_guard<std::mutex> lock(core_->mu);
+  absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
+  if (!resolved.ok()) return resolved.status();
+  if (count > 0)
+    core_->faults.completions.push_back({*resolved, status, count});
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjector::DropPackets(const FaultTarget& target, int count) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
+  if (!resolved.ok()) return resolved.status();
+  if (count > 0) core_->faults.drops.push_back({*resolved, count});
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjector::DelayDelivery(const FaultTarget& target,
+                                          std::chrono::nanoseconds delay) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
+  if (!resolved.ok()) return resolved.status();
+  auto& delays = core_->faults.delays;
+  std::erase_if(delays, [&resolved](const auto& fault) {
+    return fault.target.device == resolved->device &&
+           fault.target.qp_num == resolved->qp_num;
+  });
+  if (delay.count() > 0) delays.push_back({*resolved, delay});
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjector::KillDevice(std::string_view device) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  Device* found = core_->FindDevice(device);
+  if (found == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no device named \"", std::string(device), "\""));
+  }
+  core_->KillDeviceLocked(*found);
+  core_->ProgressLocked();
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjector::ReviveDevice(std::string_view device) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  Device* found = core_->FindDevice(device);
+  if (found == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no device named \"", std::string(device), "\""));
+  }
+  found->dead = false;
+  return absl::OkStatus();
+}
+
+void FaultInjector::Clear() {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  core_->faults = internal::FaultPlan{};
+}
+
+}  // namespace rdma_transport::sim

@@ -1,0 +1,142 @@
+// File: sim/fault_injector.h
+//
+// `FaultInjector` arms deterministic failures in a `Fabric`. Get it from
+// `fabric.faults()`; every fault is consumed in the order the simulated NIC
+// meets the matching event, so the same test fails the same way every run.
+//
+//   Fabric fabric;
+//   ...
+//   // The next ibv_create_qp asking for more than 64 inline bytes fails.
+//   fabric.faults().RefuseCreateQp({.error = EINVAL, .when_inline_above = 64});
+//   // The next INIT->RTR transition on any device fails with ETIMEDOUT.
+//   fabric.faults().FailModifyQp(
+//       {.from = IBV_QPS_INIT, .to = IBV_QPS_RTR, .error = ETIMEDOUT});
+//   // The next two packets to QP 0x101 are lost (and retransmitted).
+//   fabric.faults().DropPackets(FaultTarget::Qp(0x101), 2);
+//   // Peer death: QPs on sim_cx6_1 go to ERR; traffic to it times out.
+//   fabric.faults().KillDevice("sim_cx6_1");
+//
+// Control-path faults make the verbs call fail with the given errno, as
+// VerbsError("ibv_xxx", errno) with a detail naming the injected fault; they
+// fire `times` times (kEveryTime: until Clear()). Data-path faults act on the
+// packets and work requests of the QPs their `FaultTarget` selects.
+//
+// Thread-safe: every method takes the fabric's lock. Owned by its Fabric.
+
+#ifndef RDMA_TRANSPORT_SIM_FAULT_INJECTOR_H_
+#define RDMA_TRANSPORT_SIM_FAULT_INJECTOR_H_
+
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+
+namespace rdma_transport::sim {
+
+namespace internal {
+class FabricCore;
+}  // namespace internal
+
+// A control-path fault fires this many times; kEveryTime never runs out.
+inline constexpr int kEveryTime = -1;
+
+// Which QPs a data-path fault applies to: one QP (QP numbers are unique
+// across a fabric), every QP of one device, or every QP.
+struct FaultTarget {
+  static FaultTarget Qp(uint32_t qp_num) { return {"", qp_num}; }
+  static FaultTarget Device(std::string device) {
+    return {std::move(device), std::nullopt};
+  }
+  static FaultTarget AnyQp() { return {"", std::nullopt}; }
+
+  std::string device;              // Empty: any device.
+  std::optional<uint32_t> qp_num;  // nullopt: any QP (of `device`).
+};
+
+// ibv_create_qp fails with `error`; only for requests asking for more than
+// `when_inline_above` inline bytes when that is set.
+struct CreateQpFault {
+  int error = EINVAL;
+  std::optional<uint32_t> when_inline_above;
+  int times = kEveryTime;
+  std::string device;  // Empty: any device.
+};
+
+// A call (ibv_reg_mr, ibv_create_cq) fails with `error`.
+struct CallFault {
+  int error = ENOMEM;
+  int times = 1;
+  std::string device;  // Empty: any device.
+};
+
+// ibv_modify_qp fails with `error` when it would move a QP from `from` to
+// `to` (after the request passed verbs' own validation).
+struct ModifyQpFault {
+  ibv_qp_state from = IBV_QPS_INIT;
+  ibv_qp_state to = IBV_QPS_RTR;
+  int error = EINVAL;
+  int times = 1;
+  std::string device;  // Empty: any device.
+};
+
+class FaultInjector {
+ public:
+  FaultInjector(const FaultInjector&) = delete;
+  FaultInjector& operator=(const FaultInjector&) = delete;
+
+  // --- Control path ---
+  void RefuseCreateQp(const CreateQpFault& fault);
+  void FailRegMr(const CallFault& fault);
+  void FailCreateCq(const CallFault& fault);
+  void FailModifyQp(const ModifyQpFault& fault);
+
+  // --- Data path ---
+
+  // The next `count` send work requests of the target QPs to reach the head
+  // of their send queue complete with `status` instead of executing (nothing
+  // is transmitted). An error status moves the QP to ERR and flushes the rest
+  // of its work, as the NIC does after a completion error. kInvalidArgument
+  // for IBV_WC_SUCCESS or an unknown device.
+  absl::Status FailCompletions(const FaultTarget& target, ibv_wc_status status,
+                               int count = 1);
+  // The next `count` packets addressed to the target QPs (requests to a
+  // responder, acknowledgements and READ responses to a requester) are lost.
+  // The requester retransmits after its transport timeout, up to retry_cnt
+  // times, then completes with IBV_WC_RETRY_EXC_ERR.
+  absl::Status DropPackets(const FaultTarget& target, int count = 1);
+  // Every packet to the target QPs arrives `delay` later than the link would
+  // take, until cleared with a zero delay. A delay beyond the requester's
+  // transport timeout causes retransmissions (duplicates are detected by PSN,
+  // as on the wire).
+  absl::Status DelayDelivery(const FaultTarget& target,
+                             std::chrono::nanoseconds delay);
+
+  // Peer death: the device leaves the fabric. Its QPs go to ERR (their work
+  // is flushed with IBV_WC_WR_FLUSH_ERR; IBV_EVENT_QP_FATAL per QP and
+  // IBV_EVENT_DEVICE_FATAL per open context are raised), its port reports
+  // IBV_PORT_DOWN, packets to it are lost (senders end in
+  // IBV_WC_RETRY_EXC_ERR after their retry budget), and CreateQp or taking a
+  // QP out of RESET on it fails with EIO. kNotFound for an unknown device.
+  absl::Status KillDevice(std::string_view device);
+  // The device rejoins the fabric. Its QPs stay in ERR; new ones work.
+  absl::Status ReviveDevice(std::string_view device);
+
+  // Forgets every pending fault and delivery delay (does not revive devices).
+  void Clear();
+
+ private:
+  friend class Fabric;
+  explicit FaultInjector(internal::FabricCore* core) : core_(core) {}
+
+  internal::FabricCore* const core_;
+};
+
+}  // namespace rdma_transport::sim
+
+#endif  // RDMA_TRANSPORT_SIM_FAULT_INJECTOR_H_

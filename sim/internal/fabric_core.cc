@@ -1,0 +1,299 @@
+#include "sim/internal/fabric_core.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <tuple>
+#include <utility>
+
+namespace rdma_transport::sim::internal {
+namespace {
+
+// Min-heap order on (time, sequence): std::push_heap keeps the largest
+// element first, so "less" is "later".
+bool Later(const Event& a, const Event& b) {
+  return std::tie(a.time, a.sequence) > std::tie(b.time, b.sequence);
+}
+
+void SignalEventFd(int fd) {
+  const uint64_t one = 1;
+  // The counter cannot overflow in practice (2^64 - 2 events), and a failed
+  // write would only lose a wake-up; nothing to recover.
+  [[maybe_unused]] ssize_t written = write(fd, &one, sizeof(one));
+}
+
+template <typename Map>
+auto FindIn(const Map& map, const typename Map::key_type& key)
+    -> decltype(map.begin()->second.get()) {
+  auto it = map.find(key);
+  return it == map.end() ? nullptr : it->second.get();
+}
+
+}  // namespace
+
+FabricCore::FabricCore(const FabricOptions& options) : options(options) {
+  event_heap_.reserve(256);
+  rnr_waiters_.reserve(16);
+}
+
+FabricCore::~FabricCore() {
+  for (auto& [handle, channel] : channels) close(channel->verbs.fd);
+  for (auto& [handle, context] : contexts) close(context->verbs.async_fd);
+}
+
+SimContext* FabricCore::FindContext(const ibv_context* handle) const {
+  return FindIn(contexts, handle);
+}
+SimPd* FabricCore::FindPd(const ibv_pd* handle) const {
+  return FindIn(pds, handle);
+}
+SimMr* FabricCore::FindMr(const ibv_mr* handle) const {
+  return FindIn(mrs, handle);
+}
+SimChannel* FabricCore::FindChannel(const ibv_comp_channel* handle) const {
+  return FindIn(channels, handle);
+}
+SimCq* FabricCore::FindCq(const ibv_cq* handle) const {
+  return FindIn(cqs, handle);
+}
+SimQp* FabricCore::FindQp(const ibv_qp* handle) const {
+  return FindIn(qps, handle);
+}
+
+SimQp* FabricCore::FindQpByNum(uint32_t qp_num) const {
+  auto it = qps_by_num.find(qp_num);
+  return it == qps_by_num.end() ? nullptr : it->second;
+}
+
+Device* FabricCore::FindDevice(std::string_view name) const {
+  for (const auto& device : devices) {
+    if (device->name == name) return device.get();
+  }
+  return nullptr;
+}
+
+// --- Progress ---
+
+void FabricCore::ScheduleLocked(Event event) {
+  event.sequence = next_event_sequence_++;
+  event_heap_.push_back(event);
+  std::push_heap(event_heap_.begin(), event_heap_.end(), Later);
+}
+
+bool FabricCore::StepLocked() {
+  if (event_heap_.empty()) return false;
+  std::pop_heap(event_heap_.begin(), event_heap_.end(), Later);
+  const Event event = event_heap_.back();
+  event_heap_.pop_back();
+  if (event.time > now) now = event.time;
+  switch (event.kind) {
+    case EventKind::kTransmit:
+      HandleTransmitLocked(event);
+      break;
+    case EventKind::kArrive:
+      HandleArriveLocked(event);
+      break;
+    case EventKind::kResponse:
+      HandleResponseLocked(event);
+      break;
+    case EventKind::kRetryTimer:
+      HandleRetryTimerLocked(event);
+      break;
+    case EventKind::kFlush:
+      HandleFlushLocked(event);
+      break;
+  }
+  return true;
+}
+
+size_t FabricCore::RunUntilIdleLocked() {
+  size_t count = 0;
+  while (StepLocked()) ++count;
+  return count;
+}
+
+size_t FabricCore::AdvanceClockLocked(Nanos duration) {
+  const Nanos deadline = now + duration;
+  size_t count = 0;
+  while (!event_heap_.empty() && event_heap_.front().time <= deadline) {
+    StepLocked();
+    ++count;
+  }
+  now = deadline;
+  return count;
+}
+
+void FabricCore::ProgressLocked() {
+  if (options.progress_mode == ProgressMode::kImmediate) RunUntilIdleLocked();
+}
+
+// --- QP life cycle ---
+
+void FabricCore::EnterErrorLocked(SimQp& qp) {
+  if (qp.state == IBV_QPS_ERR) return;
+  qp.state = IBV_QPS_ERR;
+  qp.verbs.state = IBV_QPS_ERR;
+  ++qp.epoch;
+  qp.in_flight = false;
+  qp.transmit_scheduled = false;
+  qp.flush_scheduled = false;
+  if (qp.rnr_waiting) {
+    qp.rnr_waiting = false;
+    std::erase(rnr_waiters_, qp.qp_num);
+  }
+  ScheduleFlushLocked(qp);
+  // Requesters waiting on this QP's receives will now time out instead.
+  WakeRnrWaitersLocked(qp.qp_num);
+}
+
+void FabricCore::ResetQpLocked(SimQp& qp) {
+  qp.state = IBV_QPS_RESET;
+  qp.verbs.state = IBV_QPS_RESET;
+  ++qp.epoch;
+  qp.sq_reclaimed = qp.sq_active = qp.sq_posted = 0;
+  qp.rq_reclaimed = qp.rq_consumed = qp.rq_posted = 0;
+  qp.next_psn = 0;
+  qp.expected_psn = 0;
+  qp.in_flight = false;
+  qp.attempt = 0;
+  qp.transmit_scheduled = false;
+  qp.flush_scheduled = false;
+  if (qp.rnr_waiting) {
+    qp.rnr_waiting = false;
+    std::erase(rnr_waiters_, qp.qp_num);
+  }
+  CleanCqsOfQpLocked(qp);
+  WakeRnrWaitersLocked(qp.qp_num);
+}
+
+void FabricCore::CleanCqsOfQpLocked(const SimQp& qp) {
+  auto belongs = [&qp](const CqEntry& entry) {
+    return entry.qp_num == qp.qp_num;
+  };
+  qp.send_cq->entries.EraseIf(belongs);
+  if (qp.recv_cq != qp.send_cq) qp.recv_cq->entries.EraseIf(belongs);
+}
+
+void FabricCore::RemoveQpLocked(SimQp& qp) {
+  const uint32_t qp_num = qp.qp_num;
+  if (qp.rnr_waiting) std::erase(rnr_waiters_, qp_num);
+  CleanCqsOfQpLocked(qp);
+  --qp.send_cq->live_qps;
+  --qp.recv_cq->live_qps;
+  --qp.pd->live_qps;
+  --qp.device->live_qps;
+  qp.device->qps_by_num.erase(qp_num);
+  qps_by_num.erase(qp_num);
+  qps.erase(&qp.verbs);  // Frees `qp`.
+  // Requesters waiting on its receives will now time out instead.
+  WakeRnrWaitersLocked(qp_num);
+}
+
+void FabricCore::WakeRnrWaitersLocked(uint32_t responder_qp_num) {
+  if (rnr_waiters_.empty()) return;
+  // Iterate over a copy: waking edits the list. The order is the order they
+  // started waiting, so runs stay deterministic.
+  const std::vector<uint32_t> waiters = rnr_waiters_;
+  for (uint32_t qp_num : waiters) {
+    SimQp* requester = FindQpByNum(qp_num);
+    if (requester == nullptr || !requester->rnr_waiting ||
+        requester->rnr_responder_qp_num != responder_qp_num) {
+      continue;
+    }
+    requester->rnr_waiting = false;
+    std::erase(rnr_waiters_, qp_num);
+    // The requester retries on its RNR timer: not before the NAK's delay.
+    Event event;
+    event.kind = EventKind::kTransmit;
+    event.qp_num = qp_num;
+    event.epoch = requester->epoch;
+    event.time = std::max(now, requester->rnr_resume_not_before);
+    requester->transmit_scheduled = true;
+    ++requester->device->counters.retransmissions;
+    ScheduleLocked(event);
+  }
+}
+
+void FabricCore::KillDeviceLocked(Device& device) {
+  if (device.dead) return;
+  device.dead = true;
+  // QPs in creation order, for determinism.
+  std::vector<SimQp*> victims;
+  for (auto& [num, qp] : device.qps_by_num) victims.push_back(qp);
+  std::sort(victims.begin(), victims.end(),
+            [](const SimQp* a, const SimQp* b) { return a->id < b->id; });
+  for (SimQp* qp : victims) {
+    if (qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET) continue;
+    EnterErrorLocked(*qp);
+    RaiseAsyncEventLocked(*qp->context, IBV_EVENT_QP_FATAL,
+                          AsyncEventTarget::kQp, &qp->verbs, qp->qp_num);
+  }
+  std::vector<SimContext*> opened;
+  for (auto& [handle, context] : contexts) {
+    if (context->device == &device) opened.push_back(context.get());
+  }
+  std::sort(
+      opened.begin(), opened.end(),
+      [](const SimContext* a, const SimContext* b) { return a->id < b->id; });
+  for (SimContext* context : opened) {
+    RaiseAsyncEventLocked(*context, IBV_EVENT_DEVICE_FATAL,
+                          AsyncEventTarget::kDevice, nullptr, 0);
+  }
+}
+
+void FabricCore::RaiseAsyncEventLocked(SimContext& context, ibv_event_type type,
+                                       AsyncEventTarget target, void* element,
+                                       uint32_t target_id) {
+  PendingAsyncEvent pending;
+  pending.event.event_type = type;
+  pending.target = target;
+  pending.target_id = target_id;
+  switch (target) {
+    case AsyncEventTarget::kQp:
+      pending.event.element.qp = static_cast<ibv_qp*>(element);
+      break;
+    case AsyncEventTarget::kCq:
+      pending.event.element.cq = static_cast<ibv_cq*>(element);
+      break;
+    case AsyncEventTarget::kDevice:
+      pending.event.element.port_num = 1;
+      break;
+  }
+  context.async_events.push_back(pending);
+  SignalEventFd(context.verbs.async_fd);
+}
+
+std::vector<LiveObject> FabricCore::LeakReportLocked() const {
+  std::vector<std::pair<uint32_t, LiveObject>> live;
+  for (const auto& [handle, context] : contexts) {
+    live.push_back(
+        {context->id, {"context", context->device->name, context->id}});
+  }
+  for (const auto& [handle, pd] : pds) {
+    live.push_back({pd->id, {"pd", pd->context->device->name, pd->id}});
+  }
+  for (const auto& [handle, mr] : mrs) {
+    live.push_back({mr->id, {"mr", mr->device->name, mr->id}});
+  }
+  for (const auto& [handle, channel] : channels) {
+    live.push_back(
+        {channel->id,
+         {"comp_channel", channel->context->device->name, channel->id}});
+  }
+  for (const auto& [handle, cq] : cqs) {
+    live.push_back({cq->id, {"cq", cq->context->device->name, cq->id}});
+  }
+  for (const auto& [handle, qp] : qps) {
+    live.push_back({qp->id, {"qp", qp->device->name, qp->qp_num}});
+  }
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<LiveObject> report;
+  report.reserve(live.size());
+  for (auto& [id, object] : live) report.push_back(std::move(object));
+  return report;
+}
+
+}  // namespace rdma_transport::sim::internal

@@ -1,0 +1,436 @@
+// File: sim/internal/fabric_core.h
+//
+// `FabricCore` is everything a `Fabric` simulates: devices, the verbs objects
+// behind the handles SimVerbs hands out, the event queue and virtual clock,
+// the fault plan and the counters, all guarded by the single mutex `mu`.
+// Fabric, FaultInjector and SimVerbs are thin, locking facades over it.
+//
+// Conventions: every member function whose name ends in `Locked` requires
+// `mu` held; the data members are only touched with `mu` held. Objects are
+// owned here (unique_ptr in the registries); the verbs struct is the first
+// member of each Sim* object and its address is the handle users hold.
+//
+// The model of one RC connection (see docs/simulator.md):
+//   - A requester transmits its send queue in order, one message at a time
+//     (stop-and-wait: the next message leaves when the previous one is
+//     acknowledged), so RC ordering holds trivially.
+//   - A message arrives after the link latency plus serialisation time plus
+//     any injected delay; the responder checks its PSN, executes it, and
+//     answers with an ACK, an RNR NAK or an error NAK.
+//   - The requester retransmits on its transport timer (retry_cnt times) and
+//     after RNR NAKs (rnr_retry times, 7 = forever, waiting for a receive).
+//   - Completions go to CQs (ring buffers sized at creation); send and
+//     receive queue slots are reclaimed when their completion is polled (or a
+//     later one of the same queue is), as libmlx5 does.
+
+#ifndef RDMA_TRANSPORT_SIM_INTERNAL_FABRIC_CORE_H_
+#define RDMA_TRANSPORT_SIM_INTERNAL_FABRIC_CORE_H_
+
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "sim/counters.h"
+#include "sim/device_profile.h"
+#include "sim/fabric.h"
+#include "sim/fault_injector.h"
+#include "sim/internal/ring.h"
+
+namespace rdma_transport::sim::internal {
+
+using Nanos = std::chrono::nanoseconds;
+
+struct SimContext;
+struct SimMr;
+struct SimQp;
+
+// --- Devices ---
+
+struct Device {
+  uint32_t index = 0;
+  std::string name;
+  DeviceProfile profile;
+  uint32_t ipv4 = 0;  // Host byte order.
+  uint16_t lid = 0;   // InfiniBand only.
+  uint64_t node_guid = 0;
+  // Port 1's GID table, gid_table_length slots; `gid_valid` marks the filled.
+  std::vector<ibv_gid_entry> gid_table;
+  std::vector<bool> gid_valid;
+  bool dead = false;
+  SimCounters counters;
+  ibv_device verbs_device{};  // What ibv_context::device points at.
+  uint32_t live_pds = 0;
+  uint32_t live_mrs = 0;
+  uint32_t live_cqs = 0;
+  uint32_t live_qps = 0;
+  // Memory regions by key (lkey == rkey) and QPs by number, for the wire.
+  std::unordered_map<uint32_t, SimMr*> mrs_by_key;
+  std::unordered_map<uint32_t, SimQp*> qps_by_num;
+
+  bool is_ethernet() const {
+    return profile.link_layer == IBV_LINK_LAYER_ETHERNET;
+  }
+};
+
+// --- Verbs objects ---
+
+enum class AsyncEventTarget { kDevice, kQp, kCq };
+
+struct PendingAsyncEvent {
+  ibv_async_event event{};
+  AsyncEventTarget target = AsyncEventTarget::kDevice;
+  uint32_t target_id = 0;  // qp_num or CQ handle.
+};
+
+struct SimContext {
+  ibv_context verbs{};
+  uint32_t id = 0;
+  Device* device = nullptr;
+  std::deque<PendingAsyncEvent> async_events;
+  uint32_t live_pds = 0;
+  uint32_t live_cqs = 0;
+  uint32_t live_channels = 0;
+};
+
+struct SimPd {
+  ibv_pd verbs{};
+  uint32_t id = 0;
+  SimContext* context = nullptr;
+  uint32_t live_mrs = 0;
+  uint32_t live_qps = 0;
+};
+
+struct SimMr {
+  ibv_mr verbs{};
+  uint32_t id = 0;
+  SimPd* pd = nullptr;
+  Device* device = nullptr;
+  int access = 0;
+};
+
+struct SimChannel {
+  ibv_comp_channel verbs{};
+  uint32_t id = 0;
+  SimContext* context = nullptr;
+  uint32_t live_cqs = 0;
+  // Handles of CQs with an event not yet taken by GetCqEvent, oldest first;
+  // the eventfd's counter equals its size.
+  Ring<uint32_t> pending_cq_ids{16};
+};
+
+struct CqEntry {
+  ibv_wc wc{};
+  uint32_t qp_num = 0;
+  uint64_t wqe_index = 0;  // Position in its queue, for slot reclamation.
+  bool is_send = false;
+  bool solicited = false;
+};
+
+struct SimCq {
+  ibv_cq verbs{};
+  uint32_t id = 0;
+  SimContext* context = nullptr;
+  SimChannel* channel = nullptr;
+  Ring<CqEntry> entries;
+  bool armed = false;
+  bool armed_solicited_only = false;
+  bool overrun = false;
+  uint32_t live_qps = 0;
+  uint32_t comp_events_delivered = 0;
+  uint32_t comp_events_acked = 0;
+  uint32_t async_events_delivered = 0;
+  uint32_t async_events_acked = 0;
+};
+
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  bool signaled = false;
+  bool solicited = false;
+  bool is_inline = false;
+  uint32_t imm_data = 0;  // Network byte order, as posted.
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t num_sge = 0;
+  uint64_t length = 0;
+  // Set when the WQE first reaches the head of the queue.
+  uint32_t psn = 0;
+  uint32_t packet_count = 0;
+  uint32_t transmissions = 0;
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+};
+
+struct SimQp {
+  ibv_qp verbs{};
+  uint32_t id = 0;
+  uint32_t qp_num = 0;
+  SimPd* pd = nullptr;
+  SimContext* context = nullptr;
+  Device* device = nullptr;
+  SimCq* send_cq = nullptr;
+  SimCq* recv_cq = nullptr;
+  ibv_qp_init_attr init_attr{};  // As granted.
+  ibv_qp_attr attr{};            // Every attribute ModifyQp has set.
+  int attr_mask_set = 0;
+  ibv_qp_state state = IBV_QPS_RESET;
+  // Bumped on RESET and ERR: events of an older epoch are stale.
+  uint64_t epoch = 0;
+
+  // Send queue: slots [sq_reclaimed, sq_posted) are in use; [sq_active,
+  // sq_posted) are not yet completed. Indices grow forever; slot = i % depth.
+  std::vector<SendWqe> sq;
+  std::vector<ibv_sge> sq_sges;    // max_send_sge per slot.
+  std::vector<uint8_t> sq_inline;  // max_inline_data bytes per slot.
+  uint64_t sq_reclaimed = 0;
+  uint64_t sq_active = 0;
+  uint64_t sq_posted = 0;
+
+  // Receive queue: [rq_reclaimed, rq_posted) in use, [rq_consumed,
+  // rq_posted) posted and not yet consumed by an incoming message.
+  std::vector<RecvWqe> rq;
+  std::vector<ibv_sge> rq_sges;  // max_recv_sge per slot.
+  uint64_t rq_reclaimed = 0;
+  uint64_t rq_consumed = 0;
+  uint64_t rq_posted = 0;
+
+  // Requester: the WQE at sq_active is the only one that can be in flight.
+  uint32_t next_psn = 0;
+  bool in_flight = false;
+  uint32_t attempt = 0;
+  int retries_left = 0;
+  int rnr_retries_left = 0;
+  bool transmit_scheduled = false;
+  bool flush_scheduled = false;
+  // Waiting (rnr_retry 7) for a receive on the responder that RNR-NAKed us.
+  bool rnr_waiting = false;
+  uint32_t rnr_responder_qp_num = 0;
+  Nanos rnr_resume_not_before{0};
+  // Gathered payload of the message in flight; READ results. Grown on demand
+  // and then reused.
+  std::vector<uint8_t> tx_payload;
+  std::vector<uint8_t> read_payload;
+
+  // Responder.
+  uint32_t expected_psn = 0;
+
+  uint32_t async_events_delivered = 0;
+  uint32_t async_events_acked = 0;
+
+  uint32_t send_depth() const { return static_cast<uint32_t>(sq.size()); }
+  uint32_t recv_depth() const { return static_cast<uint32_t>(rq.size()); }
+  uint32_t max_send_sge() const { return init_attr.cap.max_send_sge; }
+  uint32_t max_recv_sge() const { return init_attr.cap.max_recv_sge; }
+  uint32_t max_inline_data() const { return init_attr.cap.max_inline_data; }
+  SendWqe& send_slot(uint64_t index) { return sq[index % sq.size()]; }
+  ibv_sge* send_sges(uint64_t index) {
+    return sq_sges.data() + (index % sq.size()) * max_send_sge();
+  }
+  uint8_t* send_inline(uint64_t index) {
+    return sq_inline.data() + (index % sq.size()) * max_inline_data();
+  }
+  RecvWqe& recv_slot(uint64_t index) { return rq[index % rq.size()]; }
+  ibv_sge* recv_sges(uint64_t index) {
+    return rq_sges.data() + (index % rq.size()) * max_recv_sge();
+  }
+};
+
+// --- The event queue ---
+
+enum class EventKind : uint8_t {
+  kTransmit,    // Requester: send the WQE at the head of the send queue.
+  kArrive,      // Responder: a request arrives.
+  kResponse,    // Requester: an ACK / NAK / READ response arrives.
+  kRetryTimer,  // Requester: transport timer of one transmission.
+  kFlush,       // A QP in ERR completes its outstanding work with FLUSH_ERR.
+};
+
+enum class Reply : uint8_t { kAck, kRnrNak, kErrorNak };
+
+struct Event {
+  Nanos time{0};
+  uint64_t sequence = 0;  // FIFO among events of the same time.
+  EventKind kind = EventKind::kTransmit;
+  uint32_t qp_num = 0;  // The requester (or the QP to flush).
+  uint64_t epoch = 0;
+  uint64_t wqe_index = 0;
+  uint32_t attempt = 0;
+  // kArrive: where the request goes.
+  uint32_t responder_device = 0;
+  uint32_t responder_qp_num = 0;
+  // kResponse.
+  Reply reply = Reply::kAck;
+  ibv_wc_status nak_status = IBV_WC_SUCCESS;
+  Nanos rnr_delay{0};
+};
+
+// --- Faults ---
+
+struct ResolvedTarget {
+  int device = -1;  // -1: any.
+  std::optional<uint32_t> qp_num;
+  bool Matches(const SimQp& qp) const {
+    return (device < 0 || static_cast<uint32_t>(device) == qp.device->index) &&
+           (!qp_num.has_value() || *qp_num == qp.qp_num);
+  }
+};
+
+struct FaultPlan {
+  struct CompletionFault {
+    ResolvedTarget target;
+    ibv_wc_status status;
+    int remaining;
+  };
+  struct DropFault {
+    ResolvedTarget target;
+    int remaining;
+  };
+  struct DelayFault {
+    ResolvedTarget target;
+    Nanos delay;
+  };
+  std::vector<CreateQpFault> create_qp;
+  std::vector<CallFault> reg_mr;
+  std::vector<CallFault> create_cq;
+  std::vector<ModifyQpFault> modify_qp;
+  std::vector<CompletionFault> completions;
+  std::vector<DropFault> drops;
+  std::vector<DelayFault> delays;
+};
+
+// --- The core ---
+
+class FabricCore {
+ public:
+  explicit FabricCore(const FabricOptions& options);
+  ~FabricCore();
+  FabricCore(const FabricCore&) = delete;
+  FabricCore& operator=(const FabricCore&) = delete;
+
+  mutable std::mutex mu;
+
+  // --- State (guarded by mu) ---
+  FabricOptions options;
+  Nanos now{0};
+  std::vector<std::unique_ptr<Device>> devices;
+  FaultPlan faults;
+  std::unordered_map<const ibv_context*, std::unique_ptr<SimContext>> contexts;
+  std::unordered_map<const ibv_pd*, std::unique_ptr<SimPd>> pds;
+  std::unordered_map<const ibv_mr*, std::unique_ptr<SimMr>> mrs;
+  std::unordered_map<const ibv_comp_channel*, std::unique_ptr<SimChannel>>
+      channels;
+  std::unordered_map<const ibv_cq*, std::unique_ptr<SimCq>> cqs;
+  std::unordered_map<const ibv_qp*, std::unique_ptr<SimQp>> qps;
+  std::unordered_map<uint32_t, SimQp*> qps_by_num;
+  std::unordered_map<uint32_t, SimCq*> cqs_by_id;
+  uint32_t next_object_id = 1;
+  uint32_t next_qp_num = 0x100;
+  uint32_t next_mr_key = 0x1000;
+
+  // --- Lookups: nullptr for an unknown or destroyed handle ---
+  SimContext* FindContext(const ibv_context* handle) const;
+  SimPd* FindPd(const ibv_pd* handle) const;
+  SimMr* FindMr(const ibv_mr* handle) const;
+  SimChannel* FindChannel(const ibv_comp_channel* handle) const;
+  SimCq* FindCq(const ibv_cq* handle) const;
+  SimQp* FindQp(const ibv_qp* handle) const;
+  SimQp* FindQpByNum(uint32_t qp_num) const;
+  Device* FindDevice(std::string_view name) const;
+
+  // --- Progress ---
+  void ScheduleLocked(Event event);
+  // Runs the earliest event; false if none.
+  bool StepLocked();
+  size_t RunUntilIdleLocked();
+  size_t AdvanceClockLocked(Nanos duration);
+  size_t PendingEventCountLocked() const { return event_heap_.size(); }
+  // In kImmediate mode, runs to quiescence; in kManual, does nothing.
+  void ProgressLocked();
+
+  // --- Verbs data path (validation included) ---
+  absl::Status PostSendLocked(SimQp& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+  absl::Status PostRecvLocked(SimQp& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  absl::StatusOr<int> PollCqLocked(SimCq& cq, int num_entries, ibv_wc* wc);
+
+  // --- QP life cycle hooks used by the control path ---
+
+  // Starts transmitting if the QP can (RTS, work queued, nothing in flight).
+  void KickSendQueueLocked(SimQp& qp);
+  // Moves the QP to ERR and schedules the flush of its outstanding work.
+  void EnterErrorLocked(SimQp& qp);
+  // RESET: drops all outstanding work and its completions (as libmlx5 cleans
+  // the CQs of a QP being reset), forgets PSN state.
+  void ResetQpLocked(SimQp& qp);
+  // Removes the QP's completions from its CQs (destroy and reset).
+  void CleanCqsOfQpLocked(const SimQp& qp);
+  // DestroyQp: forgets the QP everywhere (registries, CQs, RNR waits) and
+  // frees it.
+  void RemoveQpLocked(SimQp& qp);
+  // Requesters waiting on an RNR from `responder_qp_num` try again.
+  void WakeRnrWaitersLocked(uint32_t responder_qp_num);
+  void KillDeviceLocked(Device& device);
+
+  void RaiseAsyncEventLocked(SimContext& context, ibv_event_type type,
+                             AsyncEventTarget target, void* element,
+                             uint32_t target_id);
+
+  std::vector<LiveObject> LeakReportLocked() const;
+
+ private:
+  // Event handlers (data_path.cc).
+  void HandleTransmitLocked(const Event& event);
+  void HandleArriveLocked(const Event& event);
+  void HandleResponseLocked(const Event& event);
+  void HandleRetryTimerLocked(const Event& event);
+  void HandleFlushLocked(const Event& event);
+
+  // Transmits (or retransmits) the WQE at sq_active.
+  void TransmitHeadLocked(SimQp& qp);
+  // Completes the WQE at sq_active with `status`, writing a CQE when it is
+  // signalled or an error; an error moves the QP to ERR.
+  void CompleteHeadSendLocked(SimQp& qp, ibv_wc_status status);
+  // Responder side of one request; returns the reply to send.
+  struct ResponderOutcome {
+    Reply reply = Reply::kAck;
+    ibv_wc_status nak_status = IBV_WC_SUCCESS;
+    Nanos rnr_delay{0};
+    uint64_t response_bytes = 0;
+  };
+  ResponderOutcome ExecuteRequestLocked(SimQp& requester, const SendWqe& wqe,
+                                        uint64_t wqe_index, SimQp& responder,
+                                        bool duplicate);
+  void WriteCqeLocked(SimCq& cq, const CqEntry& entry);
+  void ScheduleFlushLocked(SimQp& qp);
+  // The responder QP a requester's path leads to, or nullptr.
+  SimQp* RouteLocked(const SimQp& requester, Device** device) const;
+  Nanos WireTime(uint64_t bytes) const;
+  Nanos ExtraDelayLocked(const SimQp& destination) const;
+  bool ConsumeDropLocked(const SimQp& destination);
+  std::optional<ibv_wc_status> ConsumeCompletionFaultLocked(const SimQp& qp);
+  const SimMr* FindMrForAccessLocked(const Device& device, const SimPd& pd,
+                                     uint32_t key, uint64_t addr,
+                                     uint64_t length,
+                                     int required_access) const;
+
+  std::vector<Event> event_heap_;  // Min-heap on (time, sequence).
+  uint64_t next_event_sequence_ = 0;
+  // qp_nums of requesters with rnr_waiting set.
+  std::vector<uint32_t> rnr_waiters_;
+};
+
+}  // namespace rdma_transport::sim::internal
+
+#endif  // RDMA_TRANSPORT_SIM_INTERNAL_FABRIC_CORE_H_

@@ -82,7 +82,32 @@ void FabricCore::ScheduleLocked(Event event) {
   std::push_heap(event_heap_.begin(), event_heap_.end(), Later);
 }
 
+bool FabricCore::IsStaleLocked(const Event& event) const {
+  const SimQp* qp = FindQpByNum(event.qp_num);
+  if (qp == nullptr || qp->epoch != event.epoch) return true;
+  switch (event.kind) {
+    case EventKind::kRetryTimer:
+      return qp->sq_active != event.wqe_index || !qp->in_flight ||
+             qp->attempt != event.attempt;
+    case EventKind::kArrive:
+    case EventKind::kResponse:
+      return qp->sq_active != event.wqe_index;
+    default:
+      return false;
+  }
+}
+
+void FabricCore::DropStaleEventsLocked() {
+  while (!event_heap_.empty() && IsStaleLocked(event_heap_.front())) {
+    std::pop_heap(event_heap_.begin(), event_heap_.end(), Later);
+    event_heap_.pop_back();
+  }
+}
+
 bool FabricCore::StepLocked() {
+  // A stale event (a timer whose message was answered, a packet for a QP
+  // reset since) is discarded without moving the clock to it.
+  DropStaleEventsLocked();
   if (event_heap_.empty()) return false;
   std::pop_heap(event_heap_.begin(), event_heap_.end(), Later);
   const Event event = event_heap_.back();
@@ -105,6 +130,7 @@ bool FabricCore::StepLocked() {
       HandleFlushLocked(event);
       break;
   }
+  DropStaleEventsLocked();
   return true;
 }
 
@@ -117,12 +143,21 @@ size_t FabricCore::RunUntilIdleLocked() {
 size_t FabricCore::AdvanceClockLocked(Nanos duration) {
   const Nanos deadline = now + duration;
   size_t count = 0;
+  DropStaleEventsLocked();
   while (!event_heap_.empty() && event_heap_.front().time <= deadline) {
     StepLocked();
     ++count;
   }
   now = deadline;
   return count;
+}
+
+size_t FabricCore::PendingEventCountLocked() const {
+  size_t live = 0;
+  for (const Event& event : event_heap_) {
+    if (!IsStaleLocked(event)) ++live;
+  }
+  return live;
 }
 
 void FabricCore::ProgressLocked() {

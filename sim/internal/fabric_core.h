@@ -356,7 +356,8 @@ class FabricCore {
   bool StepLocked();
   size_t RunUntilIdleLocked();
   size_t AdvanceClockLocked(Nanos duration);
-  size_t PendingEventCountLocked() const { return event_heap_.size(); }
+  // Events still meaningful (stale timers and packets excluded).
+  size_t PendingEventCountLocked() const;
   // In kImmediate mode, runs to quiescence; in kManual, does nothing.
   void ProgressLocked();
 
@@ -390,6 +391,9 @@ class FabricCore {
   std::vector<LiveObject> LeakReportLocked() const;
 
  private:
+  bool IsStaleLocked(const Event& event) const;
+  void DropStaleEventsLocked();
+
   // Event handlers (data_path.cc).
   void HandleTransmitLocked(const Event& event);
   void HandleArriveLocked(const Event& event);

@@ -53,9 +53,9 @@ done
 capture_pid=''
 start_capture() { # name: tcpdump on veth0, UDP/4791, into $out/<name>.pcap
   local name=$1
-  # --immediate-mode: without it packets wait in the capture ring for up to a
-  # second, and the last of them are lost when tcpdump is stopped.
-  tcpdump -i veth0 -n -U --immediate-mode -Z root -w "$out/$name.pcap" udp port 4791 \
+  # Buffered capture with a large ring: --immediate-mode wakes tcpdump per
+  # packet, and under TCG it then loses packets ("dropped by kernel").
+  tcpdump -i veth0 -n -U -B 16384 -Z root -w "$out/$name.pcap" udp port 4791 \
     2>"$out/$name.tcpdump.txt" &
   capture_pid=$!
   for _ in {1..100}; do
@@ -67,7 +67,9 @@ start_capture() { # name: tcpdump on veth0, UDP/4791, into $out/<name>.pcap
   return 1
 }
 stop_capture() {
-  sleep 0.5 # let the last packets reach the capture
+  # Packets sit in a capture ring block until it fills or its 1 s timeout
+  # retires it; a block still open at SIGINT is lost.
+  sleep 1.5
   kill -INT "$capture_pid" 2>/dev/null || true
   wait "$capture_pid" 2>/dev/null || true
 }
@@ -122,15 +124,20 @@ tos_check() { # label, tclass ('' = unset), expected tos
 
   echo "--- $name (client; server output in $name-server.txt)"
   cat "$out/$name-client.txt"
-  local packets with fwd rev hist dropped latency
+  local packets with fwd rev hist dropped seen latency
   read -r packets with fwd rev hist < <(tos_counts "$out/$name.pcap" "$tos")
+  # The check needs the whole connection: anything the filter saw but the
+  # capture lost fails it, visibly, rather than passing on a sample.
   dropped=$(grep -o '[0-9]* packets dropped by kernel' "$out/$name.tcpdump.txt" | cut -d' ' -f1)
+  seen=$(grep -o '[0-9]* packets received by filter' "$out/$name.tcpdump.txt" | cut -d' ' -f1)
   # perftest prints: #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
   latency=$(awk '/t_typical/ { getline; printf "t_min %s us, t_typical %s us, t_avg %s us, 99.9%% %s us", $3, $5, $6, $9 }' \
     "$out/$name-client.txt")
-  local detail="tclass ${tclass:-unset}: $with/$packets RoCE packets with IP TOS $tos ($fwd $IP_A->$IP_B, $rev back; seen: ${hist:-none}; dropped by kernel: ${dropped:-?})"
+  local detail="tclass ${tclass:-unset}: $with/$packets RoCE packets with IP TOS $tos ($fwd $IP_A->$IP_B, $rev back; TOS seen: ${hist:-none})"
   if ((rc != 0)); then
     report FAIL "TOS $label: ib_send_lat failed (status $rc); $detail"
+  elif [[ "${dropped:-x}" != 0 || "${seen:-x}" != "$packets" ]]; then
+    report FAIL "TOS $label: capture incomplete (${seen:-?} packets matched, $packets captured, ${dropped:-?} dropped); $detail"
   elif ((packets >= iterations && with == packets && fwd > 0 && rev > 0)); then
     report PASS "TOS $label: $detail"
   else

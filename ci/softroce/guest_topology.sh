@@ -79,13 +79,16 @@ _topology_policy_routing() {
   # Output lookups (iif lo) to the peer address use a table that leaves by our
   # own veth end; packets arriving on the other end still hit the local table,
   # moved from priority 0 to below these rules.
-  ip route add "$IP_B/32" dev veth0 src "$IP_A" table 100 &&
-    ip route add "$IP_A/32" dev veth1 src "$IP_B" table 101 &&
-    ip rule add pref 100 iif lo to "$IP_B" lookup 100 &&
-    ip rule add pref 101 iif lo to "$IP_A" lookup 101 &&
-    ip rule add pref 1000 lookup local &&
-    ip rule del pref 0 lookup local ||
+  if ! {
+    ip route add "$IP_B/32" dev veth0 src "$IP_A" table 100 &&
+      ip route add "$IP_A/32" dev veth1 src "$IP_B" table 101 &&
+      ip rule add pref 100 iif lo to "$IP_B" lookup 100 &&
+      ip rule add pref 101 iif lo to "$IP_A" lookup 101 &&
+      ip rule add pref 1000 lookup local &&
+      ip rule del pref 0 lookup local
+  }; then
     _topology_fail "policy routing setup failed"
+  fi
 }
 
 _topology_setup() {
@@ -93,17 +96,21 @@ _topology_setup() {
   ip link add veth0 type veth peer name veth1 || _topology_fail "cannot create the veth pair"
   ip link add dummy0 type dummy || _topology_fail "cannot create dummy0"
   _topology_sysctls veth0 veth1 dummy0
-  ip addr add "$IP_A/24" dev veth0 &&
-    ip addr add "$IP_B/24" dev veth1 &&
-    ip addr add "$IP_LO/24" dev dummy0 &&
-    ip link set veth0 up && ip link set veth1 up && ip link set dummy0 up ||
+  if ! {
+    ip addr add "$IP_A/24" dev veth0 && ip addr add "$IP_B/24" dev veth1 &&
+      ip addr add "$IP_LO/24" dev dummy0 &&
+      ip link set veth0 up && ip link set veth1 up && ip link set dummy0 up
+  }; then
     _topology_fail "cannot address or raise the netdevs"
+  fi
   if [[ "${SOFTROCE_POLICY_ROUTING:-1}" != 0 ]]; then _topology_policy_routing; fi
 
-  rdma link add "$RXE_A" type rxe netdev veth0 &&
-    rdma link add "$RXE_B" type rxe netdev veth1 &&
-    rdma link add "$RXE_LO" type rxe netdev dummy0 ||
+  if ! {
+    rdma link add "$RXE_A" type rxe netdev veth0 && rdma link add "$RXE_B" type rxe netdev veth1 &&
+      rdma link add "$RXE_LO" type rxe netdev dummy0
+  }; then
     _topology_fail "rdma link add failed (is crc32_generic loaded?)"
+  fi
 
   GID_A=$(_topology_wait_gid "$RXE_A" "$IP_A") || _topology_fail "$RXE_A has no RoCE v2 GID for $IP_A"
   GID_B=$(_topology_wait_gid "$RXE_B" "$IP_B") || _topology_fail "$RXE_B has no RoCE v2 GID for $IP_B"

@@ -13,7 +13,8 @@
 #
 # The guest script runs as root in /artifacts with the topology helpers in
 # $SOFTROCE_DIR (see guest_topology.sh). The console streams to stdout and to
-# DIR/vm-console.log; whatever the guest leaves in /artifacts is copied to DIR.
+# DIR/vm-console.log, the runner's own lines to DIR/run_vm.log; whatever the
+# guest leaves in /artifacts is copied to DIR.
 #
 # Exit status, so that a broken VM is never read as a test result:
 #    0      the guest script passed
@@ -33,7 +34,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly EXIT_INFRA=90 EXIT_TIMEOUT=91 EXIT_INTERRUPTED=92 EXIT_USAGE=93
 readonly POWEROFF_GRACE=15 # seconds from the result marker to qemu's exit
 
-log() { echo "run_vm: $*" >&2; }
+run_log='' # DIR/run_vm.log once the out dir exists
+log() {
+  echo "run_vm: $*" >&2
+  if [[ -n "$run_log" ]]; then echo "run_vm: $*" >>"$run_log"; fi
+}
 usage_error() { log "error: $*"; sed -n '3,16p' "$0" >&2; exit "$EXIT_USAGE"; }
 infra_fail() { log "INFRASTRUCTURE FAILURE: $*"; exit "$EXIT_INFRA"; }
 
@@ -63,6 +68,7 @@ for number in "$timeout" "$memory" "$smp"; do
 done
 
 qemu_pid='' tail_pid='' work=''
+# shellcheck disable=SC2317 # cleanup and on_signal run from traps
 cleanup() {
   local status=$?
   trap - EXIT INT TERM HUP
@@ -84,6 +90,7 @@ cleanup() {
   if [[ -n "$work" ]]; then rm -rf "$work"; fi
   exit "$status"
 }
+# shellcheck disable=SC2317
 on_signal() {
   log "INTERRUPTED by SIG$1: stopping the VM"
   exit "$EXIT_INTERRUPTED"
@@ -101,6 +108,8 @@ mkdir -p "$out_dir" || usage_error "cannot create --out-dir $out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/softroce-vm.XXXXXX")
 console="$out_dir/vm-console.log"
+run_log="$out_dir/run_vm.log"
+: >"$run_log"
 run_id=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
 
 if [[ -z "$kernel_dir" ]]; then
@@ -116,6 +125,7 @@ fi
 # Artifact disk: the guest writes a tar of /artifacts onto it (sparse file).
 truncate -s "${SOFTROCE_ARTIFACT_DISK_MB:-1024}M" "$work/artifacts.img"
 
+# shellcheck disable=SC2054 # the commas belong to qemu's option syntax
 qemu_args=(
   -name softroce -machine q35 -accel tcg,thread=multi -cpu max -smp "$smp" -m "$memory"
   -nic none -display none -vga none -monitor none -serial stdio -no-reboot
@@ -132,6 +142,7 @@ start_ns=$(date +%s%N)
 setsid setpriv --pdeathsig KILL -- qemu-system-x86_64 "${qemu_args[@]}" \
   </dev/null >"$console" 2>"$work/qemu.stderr" &
 qemu_pid=$!
+log "qemu pid $qemu_pid"
 tail -n +1 -f --pid="$qemu_pid" "$console" &
 tail_pid=$!
 
@@ -162,7 +173,7 @@ if kill -0 "$qemu_pid" 2>/dev/null; then
   kill -KILL -- "-$qemu_pid" 2>/dev/null || kill -KILL "$qemu_pid" 2>/dev/null || true
 fi
 qemu_status=0
-wait "$qemu_pid" || qemu_status=$?
+wait "$qemu_pid" 2>/dev/null || qemu_status=$?
 qemu_pid=''
 wait "$tail_pid" 2>/dev/null || true
 tail_pid=''

@@ -60,8 +60,12 @@ class PairTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (a_ != nullptr) EXPECT_OK(a_->Close());
-    if (b_ != nullptr) EXPECT_OK(b_->Close());
+    if (a_ != nullptr) {
+      EXPECT_OK(a_->Close());
+    }
+    if (b_ != nullptr) {
+      EXPECT_OK(b_->Close());
+    }
     a_.reset();
     b_.reset();
     if (fabric_ != nullptr) {

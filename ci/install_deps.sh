@@ -16,7 +16,7 @@ build_packages=(
 vm_packages=(
   qemu-system-x86 busybox-static kmod cpio xz-utils zstd
   rdma-core ibverbs-providers ibverbs-utils perftest rdmacm-utils
-  iproute2 tcpdump
+  iproute2 tcpdump procps
 )
 
 case "${1:-build}" in

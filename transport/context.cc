@@ -72,6 +72,20 @@ Context::~Context() {
   }
 }
 
+absl::StatusOr<MemoryRegion> Context::RegisterMemory(
+    std::span<std::byte> memory, int access) const {
+  if (memory.empty()) {
+    return absl::InvalidArgumentError("cannot register an empty memory range");
+  }
+  absl::StatusOr<ibv_mr*> mr =
+      verbs_.RegMr(pd_, memory.data(), memory.size(), ToIbvAccessFlags(access));
+  if (!mr.ok()) {
+    return WithContext(mr.status(), absl::StrCat("registering ", memory.size(),
+                                                 " bytes on ", device_name_));
+  }
+  return MemoryRegion(&verbs_, *mr, access);
+}
+
 absl::StatusOr<NegotiatedQp> Context::CreateRcQp(const RcQpCaps& caps,
                                                  ibv_cq* send_cq,
                                                  ibv_cq* recv_cq) const {

@@ -33,6 +33,7 @@
 #include "transport/config.h"
 #include "transport/gid_selection.h"
 #include "transport/inline_size.h"
+#include "transport/memory_region.h"
 #include "transport/qp_bringup.h"
 #include "verbs_shim/verbs.h"
 
@@ -71,6 +72,11 @@ class Context {
   // and the port's active MTU.
   int mtu() const { return mtu_; }
   InlineSizeCache& inline_cache() const { return inline_cache_; }
+
+  // Registers `memory` with the least privilege `access` (a MemoryAccess
+  // mask). kInvalidArgument for an empty span; the verbs error otherwise.
+  absl::StatusOr<MemoryRegion> RegisterMemory(std::span<std::byte> memory,
+                                              int access) const;
 
   // Creates an RC QP in RESET on this device's PD, negotiating
   // max_inline_data (inline_size.h).

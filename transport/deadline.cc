@@ -8,8 +8,7 @@ int PollTimeoutMs(Deadline deadline) {
   if (deadline == kNoDeadline) return -1;
   const Clock::duration left = deadline - Clock::now();
   if (left <= Clock::duration::zero()) return 0;
-  const auto ms =
-      std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
   return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
 }
 

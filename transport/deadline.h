@@ -3,7 +3,8 @@
 // Deadlines for calls that wait: a point on the steady clock. Plain values,
 // thread-safe.
 //
-//   absl::StatusOr<size_t> n = connection.Receive(buffer, DeadlineIn(std::chrono::seconds(5)));
+//   absl::StatusOr<size_t> n = connection.Receive(buffer,
+//   DeadlineIn(std::chrono::seconds(5)));
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_DEADLINE_H_
 #define RDMA_TRANSPORT_TRANSPORT_DEADLINE_H_

@@ -1,0 +1,102 @@
+#include "tests/e2e_fixture.h"
+
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "sim/fabric.h"
+
+namespace rdma_transport {
+namespace {
+
+uint64_t Mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void EndToEndTest::SetUp() {
+  absl::StatusOr<std::unique_ptr<TestBackend>> backend = MakeTestBackend();
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  backend_ = *std::move(backend);
+}
+
+void EndToEndTest::OpenContexts(const TransportOptions& options) {
+  absl::StatusOr<TransportConfig> config = LoadTransportConfig(options);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::unique_ptr<Context>> client =
+      Context::Open(backend_->verbs(), backend_->client_device(), *config);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::unique_ptr<Context>> server =
+      Context::Open(backend_->verbs(), backend_->server_device(), *config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  client_context_ = *std::move(client);
+  server_context_ = *std::move(server);
+}
+
+void EndToEndTest::TearDown() {
+  client_context_.reset();
+  server_context_.reset();
+  if (backend_ != nullptr && backend_->fabric() != nullptr) {
+    std::vector<sim::LiveObject> leaks = backend_->fabric()->LeakReport();
+    std::string report;
+    for (const sim::LiveObject& object : leaks) {
+      absl::StrAppend(&report, object.ToString(), "\n");
+    }
+    EXPECT_TRUE(leaks.empty()) << "verbs objects leaked:\n" << report;
+  }
+}
+
+absl::StatusOr<ConnectionPair> EndToEndTest::ConnectPair(
+    const ConnectionOptions& options) {
+  if (client_context_ == nullptr) {
+    OpenContexts();
+    if (client_context_ == nullptr) {
+      return absl::InternalError("contexts could not be opened");
+    }
+  }
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      Listener::Create(*server_context_, ListenAddress(), options);
+  if (!listener.ok()) return listener.status();
+  std::future<absl::StatusOr<std::unique_ptr<Connection>>> client =
+      std::async(std::launch::async, [&] {
+        return Connect(*client_context_, (*listener)->address(), options);
+      });
+  absl::StatusOr<std::unique_ptr<Connection>> server =
+      (*listener)->Accept(DeadlineIn(options.handshake_timeout * 2));
+  absl::StatusOr<std::unique_ptr<Connection>> connected = client.get();
+  if (!connected.ok()) return connected.status();
+  if (!server.ok()) return server.status();
+  return ConnectionPair{*std::move(connected), *std::move(server)};
+}
+
+size_t MessageLength(uint64_t stream, uint64_t seq, size_t max_length) {
+  return Mix(stream * 1000003 + seq) % (max_length + 1);
+}
+
+void FillMessage(uint64_t stream, uint64_t seq, std::span<std::byte> out) {
+  uint64_t state = Mix(stream ^ (seq << 20));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i % 8 == 0) state = Mix(state);
+    out[i] = static_cast<std::byte>(state >> (8 * (i % 8)));
+  }
+}
+
+std::string CheckMessage(uint64_t stream, uint64_t seq,
+                         std::span<const std::byte> message) {
+  std::vector<std::byte> expected(message.size());
+  FillMessage(stream, seq, expected);
+  for (size_t i = 0; i < message.size(); ++i) {
+    if (message[i] != expected[i]) {
+      return absl::StrCat("stream ", stream, " message ", seq, " (",
+                          message.size(), " bytes) differs at byte ", i);
+    }
+  }
+  return "";
+}
+
+}  // namespace rdma_transport

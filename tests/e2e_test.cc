@@ -1,0 +1,711 @@
+// The end-to-end suite: written once against the transport API, run on every
+// backend (test_backend.h). Nothing here knows which backend it runs on,
+// except the checks guarded by backend().fabric(), which only a simulator can
+// make (NIC counters, leaked verbs objects).
+#include <poll.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sim/fabric.h"
+#include "tests/e2e_fixture.h"
+#include "transport/handshake.h"
+#include "transport/tcp.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+std::span<const std::byte> Bytes(std::string_view text) {
+  return std::as_bytes(std::span<const char>(text.data(), text.size()));
+}
+
+std::string Text(std::span<const std::byte> bytes) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+TEST_F(EndToEndTest, ConnectsAndExchangesMessagesBothWays) {
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  E2E_ASSERT_OK(pair->client->Send(Bytes("hello server")));
+  E2E_ASSERT_OK(pair->server->Send(Bytes("hello client")));
+  std::vector<std::byte> buffer(4096);
+  absl::StatusOr<size_t> n =
+      pair->server->Receive(buffer, DeadlineIn(seconds(5)));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(Text({buffer.data(), *n}), "hello server");
+  n = pair->client->Receive(buffer, DeadlineIn(seconds(5)));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(Text({buffer.data(), *n}), "hello client");
+  EXPECT_GT(pair->client->usable_inline(), 0u);
+  E2E_ASSERT_OK(pair->client->Close(DeadlineIn(seconds(5))));
+  E2E_ASSERT_OK(pair->server->Close(DeadlineIn(seconds(5))));
+}
+
+// Sends `count` messages of stream `stream` on `connection`.
+absl::Status SendStream(Connection& connection, uint64_t stream, int count) {
+  std::vector<std::byte> buffer(connection.max_message_size());
+  for (int seq = 0; seq < count; ++seq) {
+    const size_t length =
+        MessageLength(stream, seq, connection.max_message_size());
+    FillMessage(stream, seq, {buffer.data(), length});
+    absl::Status status =
+        connection.Send({buffer.data(), length}, DeadlineIn(seconds(30)));
+    if (!status.ok()) return WithContext(status, absl::StrCat("message ", seq));
+  }
+  return absl::OkStatus();
+}
+
+// Receives and checks `count` messages of stream `stream`.
+absl::Status ReceiveStream(Connection& connection, uint64_t stream, int count,
+                           size_t max_length) {
+  std::vector<std::byte> buffer(max_length);
+  for (int seq = 0; seq < count; ++seq) {
+    absl::StatusOr<size_t> n =
+        connection.Receive(buffer, DeadlineIn(seconds(30)));
+    if (!n.ok()) return WithContext(n.status(), absl::StrCat("message ", seq));
+    if (*n != MessageLength(stream, seq, max_length)) {
+      return absl::DataLossError(
+          absl::StrCat("message ", seq, " has ", *n, " bytes, expected ",
+                       MessageLength(stream, seq, max_length)));
+    }
+    if (std::string diff = CheckMessage(stream, seq, {buffer.data(), *n});
+        !diff.empty()) {
+      return absl::DataLossError(diff);
+    }
+  }
+  return absl::OkStatus();
+}
+
+TEST_F(EndToEndTest, ManyRandomSizedMessagesBothDirectionsAtOnce) {
+  ConnectionOptions options;
+  options.max_message_size = 4096;
+  options.recv_slots = 32;
+  options.send_slots = 32;
+  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  const int count = Scaled(100000);
+  auto client_send = std::async(
+      std::launch::async, [&] { return SendStream(*pair->client, 1, count); });
+  auto server_send = std::async(
+      std::launch::async, [&] { return SendStream(*pair->server, 2, count); });
+  auto client_receive = std::async(std::launch::async, [&] {
+    return ReceiveStream(*pair->client, 2, count, 4096);
+  });
+  absl::Status server_received = ReceiveStream(*pair->server, 1, count, 4096);
+  E2E_ASSERT_OK(server_received);
+  E2E_ASSERT_OK(client_receive.get());
+  E2E_ASSERT_OK(client_send.get());
+  E2E_ASSERT_OK(server_send.get());
+
+  const ConnectionStats client = pair->client->stats();
+  const ConnectionStats server = pair->server->stats();
+  EXPECT_EQ(client.messages_sent, static_cast<uint64_t>(count));
+  EXPECT_EQ(server.messages_received, static_cast<uint64_t>(count));
+  EXPECT_EQ(server.messages_sent, static_cast<uint64_t>(count));
+  EXPECT_EQ(client.messages_received, static_cast<uint64_t>(count));
+  EXPECT_EQ(client.bytes_sent, server.bytes_received);
+  EXPECT_GT(client.inline_sends, 0u);
+  if (sim::Fabric* fabric = backend().fabric()) {
+    EXPECT_EQ(fabric->Counters().rnr_naks, 0u)
+        << "flow control let an RNR through";
+  }
+  E2E_ASSERT_OK(pair->client->Close(DeadlineIn(seconds(5))));
+}
+
+TEST_F(EndToEndTest, SendsThatFitGoInlineAndOthersDoNot) {
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  const uint32_t usable = pair->client->usable_inline();
+  ASSERT_GT(usable, 0u);
+  std::vector<std::byte> message(usable + 1);
+  std::vector<std::byte> buffer(4096);
+  const std::vector<size_t> sizes = {0, 1, 8, usable - 1, usable, usable + 1};
+  uint64_t expected_inline = 0;
+  sim::SimCounters before;
+  if (sim::Fabric* fabric = backend().fabric()) {
+    before = *fabric->DeviceCounters(backend().client_device());
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    FillMessage(7, i, {message.data(), sizes[i]});
+    E2E_ASSERT_OK(pair->client->Send({message.data(), sizes[i]}));
+    if (sizes[i] <= usable) ++expected_inline;
+    EXPECT_EQ(pair->client->stats().inline_sends, expected_inline)
+        << "after a " << sizes[i] << "-byte send (usable inline " << usable
+        << ")";
+    absl::StatusOr<size_t> n =
+        pair->server->Receive(buffer, DeadlineIn(seconds(5)));
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_EQ(*n, sizes[i]);
+    EXPECT_EQ(CheckMessage(7, i, {buffer.data(), *n}), "");
+  }
+  if (sim::Fabric* fabric = backend().fabric()) {
+    // What the NIC saw: inline sends need no DMA read of their payload; the
+    // one larger send is read from host memory.
+    sim::SimCounters after = *fabric->DeviceCounters(backend().client_device());
+    EXPECT_EQ(after.inline_sends - before.inline_sends, expected_inline);
+    EXPECT_EQ(after.dma_read_bytes - before.dma_read_bytes, usable + 1);
+  }
+}
+
+TEST_F(EndToEndTest, FlowControlHoldsTheSenderWhileTheReceiverIsSlow) {
+  ConnectionOptions options;
+  options.recv_slots = 8;
+  options.send_slots = 16;
+  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  std::vector<std::byte> message(64);
+  // Without the receiver taking anything, the sender may fill all but the
+  // reserved control slot, and then waits.
+  int sent = 0;
+  while (sent < 100) {
+    FillMessage(3, sent, message);
+    absl::Status status =
+        pair->client->Send(message, DeadlineIn(milliseconds(50)));
+    if (absl::IsDeadlineExceeded(status)) break;
+    E2E_ASSERT_OK(status);
+    ++sent;
+  }
+  EXPECT_EQ(sent, 7);
+  // A slow receiver: the sender keeps going as credits come back.
+  const int total = Scaled(2000);
+  auto sender = std::async(std::launch::async, [&] {
+    for (int seq = sent; seq < total; ++seq) {
+      FillMessage(3, seq, message);
+      absl::Status status =
+          pair->client->Send(message, DeadlineIn(seconds(30)));
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  });
+  std::vector<std::byte> buffer(64);
+  for (int seq = 0; seq < total; ++seq) {
+    if (seq % 16 == 0) std::this_thread::yield();
+    absl::StatusOr<size_t> n =
+        pair->server->Receive(buffer, DeadlineIn(seconds(30)));
+    ASSERT_TRUE(n.ok()) << "message " << seq << ": " << n.status();
+    ASSERT_EQ(CheckMessage(3, seq, {buffer.data(), *n}), "");
+  }
+  E2E_ASSERT_OK(sender.get());
+  EXPECT_GT(pair->server->stats().credit_messages_sent, 0u);
+  if (sim::Fabric* fabric = backend().fabric()) {
+    EXPECT_EQ(fabric->Counters().rnr_naks, 0u);
+  }
+}
+
+TEST_F(EndToEndTest, MessageLargerThanTheSlotIsRefusedAndNothingIsLost) {
+  ConnectionOptions options;
+  options.max_message_size = 1024;
+  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  std::vector<std::byte> big(1025);
+  absl::Status status = pair->client->Send(big);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("exceeds the maximum message size"));
+  E2E_ASSERT_OK(pair->client->status());
+  E2E_ASSERT_OK(pair->client->Send(Bytes("after")));
+  std::vector<std::byte> small(3);
+  absl::StatusOr<size_t> n = pair->server->Receive(small);
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::byte> buffer(1024);
+  n = pair->server->Receive(buffer, DeadlineIn(seconds(5)));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(Text({buffer.data(), *n}), "after");
+}
+
+// A region of `size` bytes the peer may read and write.
+struct Region {
+  std::vector<std::byte> memory;
+  MemoryRegion registered;
+};
+
+absl::StatusOr<std::unique_ptr<Region>> MakeRegion(Context& context,
+                                                   size_t size, int access) {
+  auto region = std::make_unique<Region>();
+  region->memory.resize(size);
+  absl::StatusOr<MemoryRegion> registered =
+      context.RegisterMemory(region->memory, access);
+  if (!registered.ok()) return registered.status();
+  region->registered = *std::move(registered);
+  return region;
+}
+
+TEST_F(EndToEndTest, WriteAndReadFromOneByteTo16MiB) {
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  const size_t max_size = Scaled(100) < 100 ? (1u << 20) : (16u << 20);
+  auto local = MakeRegion(client_context(), max_size, kLocalWrite);
+  auto remote =
+      MakeRegion(server_context(), max_size, kRemoteRead | kRemoteWrite);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  const RemoteRegion descriptor = (*remote)->registered.remote();
+  uint64_t seq = 0;
+  for (size_t size = 1; size <= max_size; size *= 4) {
+    ++seq;
+    // WRITE local -> remote.
+    FillMessage(11, seq, {(*local)->memory.data(), size});
+    RdmaOp write{&(*local)->registered, 0, size, descriptor, 0};
+    E2E_ASSERT_OK(pair->client->Write({&write, 1}));
+    ASSERT_EQ(CheckMessage(11, seq, {(*remote)->memory.data(), size}), "")
+        << size << "-byte write";
+    // READ it back into a cleared buffer.
+    std::fill_n((*local)->memory.begin(), size, std::byte{0});
+    RdmaOp read{&(*local)->registered, 0, size, descriptor, 0};
+    E2E_ASSERT_OK(pair->client->Read({&read, 1}));
+    ASSERT_EQ(CheckMessage(11, seq, {(*local)->memory.data(), size}), "")
+        << size << "-byte read";
+  }
+  // One batch of many small writes to distinct offsets.
+  std::vector<RdmaOp> ops;
+  for (size_t i = 0; i < 100; ++i) {
+    FillMessage(12, i, {(*local)->memory.data() + i * 512, 512});
+    ops.push_back({&(*local)->registered, i * 512, 512, descriptor,
+                   max_size - (i + 1) * 512});
+  }
+  E2E_ASSERT_OK(pair->client->Write(ops));
+  for (size_t i = 0; i < 100; ++i) {
+    ASSERT_EQ(
+        CheckMessage(
+            12, i, {(*remote)->memory.data() + max_size - (i + 1) * 512, 512}),
+        "")
+        << "batched write " << i;
+  }
+  EXPECT_EQ(pair->client->stats().rdma_writes, seq + 100);
+}
+
+TEST_F(EndToEndTest, RemoteRangesAreCheckedBeforePosting) {
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  auto local = MakeRegion(client_context(), 4096, kLocalWrite);
+  auto remote = MakeRegion(server_context(), 4096, kRemoteWrite);
+  ASSERT_TRUE(local.ok() && remote.ok());
+  const RemoteRegion descriptor = (*remote)->registered.remote();
+  RdmaOp past_end{&(*local)->registered, 0, 16, descriptor, 4090};
+  absl::Status status = pair->client->Write({&past_end, 1});
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(status.message(),
+              HasSubstr("outside the peer's 4096-byte region"));
+  RdmaOp overflow{&(*local)->registered, 0, 16, descriptor, ~uint64_t{0} - 4};
+  EXPECT_EQ(pair->client->Write({&overflow, 1}).code(),
+            absl::StatusCode::kOutOfRange);
+  RdmaOp local_past_end{&(*local)->registered, 4000, 200, descriptor, 0};
+  EXPECT_EQ(pair->client->Write({&local_past_end, 1}).code(),
+            absl::StatusCode::kOutOfRange);
+  // Nothing was posted: the connection is still fine.
+  E2E_ASSERT_OK(pair->client->status());
+  E2E_ASSERT_OK(pair->client->Check(DeadlineIn(seconds(5))));
+  // A region registered without remote access hands out no descriptor.
+  auto private_region = MakeRegion(server_context(), 4096, kLocalWrite);
+  ASSERT_TRUE(private_region.ok());
+  EXPECT_EQ((*private_region)->registered.remote().length, 0u);
+  EXPECT_EQ((*private_region)->registered.remote().rkey, 0u);
+}
+
+TEST_F(EndToEndTest, WriteToARegionWithoutRemoteWriteFailsTheConnection) {
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  auto local = MakeRegion(client_context(), 4096, kLocalWrite);
+  auto read_only = MakeRegion(server_context(), 4096, kRemoteRead);
+  ASSERT_TRUE(local.ok() && read_only.ok());
+  RdmaOp write{&(*local)->registered, 0, 64, (*read_only)->registered.remote(),
+               0};
+  absl::Status status = pair->client->Write({&write, 1});
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("RDMA_WRITE"));
+  EXPECT_THAT(status.message(), HasSubstr("IBV_WC_REM_ACCESS_ERR"));
+  // The connection refuses new work with the same error.
+  EXPECT_EQ(pair->client->Send(Bytes("x")), status);
+  EXPECT_EQ(pair->client->status(), status);
+}
+
+TEST_F(EndToEndTest, ManyConcurrentConnections) {
+  const int connections = Scaled(100) < 100 ? 16 : 64;
+  OpenContexts();
+  ConnectionOptions options;
+  options.recv_slots = 8;
+  options.send_slots = 8;
+  options.max_message_size = 1024;
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      Listener::Create(server_context(), ListenAddress(), options);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  std::vector<std::future<absl::StatusOr<std::unique_ptr<Connection>>>> dials;
+  for (int i = 0; i < connections; ++i) {
+    dials.push_back(std::async(std::launch::async, [&] {
+      return Connect(client_context(), (*listener)->address(), options);
+    }));
+  }
+  std::vector<std::unique_ptr<Connection>> servers;
+  for (int i = 0; i < connections; ++i) {
+    absl::StatusOr<std::unique_ptr<Connection>> accepted =
+        (*listener)->Accept(DeadlineIn(seconds(30)));
+    ASSERT_TRUE(accepted.ok())
+        << "connection " << i << ": " << accepted.status();
+    servers.push_back(*std::move(accepted));
+  }
+  std::vector<std::unique_ptr<Connection>> clients;
+  for (auto& dial : dials) {
+    absl::StatusOr<std::unique_ptr<Connection>> connected = dial.get();
+    ASSERT_TRUE(connected.ok()) << connected.status();
+    clients.push_back(*std::move(connected));
+  }
+  EXPECT_EQ((*listener)->stats().accepted, static_cast<uint64_t>(connections));
+  // Every client talks on its own connection while every server listens on
+  // its own: stream ids are unique, so a server finds its client's stream
+  // from the first message.
+  const int rounds = Scaled(20);
+  std::vector<std::future<absl::Status>> talks;
+  for (int i = 0; i < connections; ++i) {
+    talks.push_back(std::async(std::launch::async, [&, i] {
+      return SendStream(*clients[i], 100 + i, rounds);
+    }));
+  }
+  std::vector<std::future<absl::Status>> listens;
+  for (int s = 0; s < connections; ++s) {
+    listens.push_back(std::async(std::launch::async, [&, s]() -> absl::Status {
+      Connection& server = *servers[s];
+      std::vector<std::byte> buffer(1024);
+      absl::StatusOr<size_t> n =
+          server.Receive(buffer, DeadlineIn(seconds(30)));
+      if (!n.ok()) return n.status();
+      int stream = -1;
+      for (int i = 0; i < connections && stream < 0; ++i) {
+        if (*n == MessageLength(100 + i, 0, 1024) &&
+            CheckMessage(100 + i, 0, {buffer.data(), *n}).empty()) {
+          stream = 100 + i;
+        }
+      }
+      if (stream < 0) {
+        return absl::DataLossError("a server received a message of no client");
+      }
+      for (int seq = 1; seq < rounds; ++seq) {
+        n = server.Receive(buffer, DeadlineIn(seconds(30)));
+        if (!n.ok()) return n.status();
+        if (std::string diff = CheckMessage(stream, seq, {buffer.data(), *n});
+            !diff.empty()) {
+          return absl::DataLossError(diff);
+        }
+      }
+      return absl::OkStatus();
+    }));
+  }
+  for (auto& talk : talks) E2E_ASSERT_OK(talk.get());
+  int verified = 0;
+  for (auto& listen : listens) {
+    E2E_ASSERT_OK(listen.get());
+    ++verified;
+  }
+  EXPECT_EQ(verified, connections);
+}
+
+TEST_F(EndToEndTest, TrafficClassAndServiceLevelReachTheQp) {
+  TransportOptions options;
+  options.traffic_class = 136;
+  options.service_level = 3;
+  OpenContexts(options);
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  for (Connection* connection : {pair->client.get(), pair->server.get()}) {
+    ibv_qp_attr attr = {};
+    ibv_qp_init_attr init = {};
+    E2E_ASSERT_OK(backend().verbs().QueryQp(connection->qp(), &attr,
+                                            IBV_QP_STATE | IBV_QP_AV, &init));
+    EXPECT_EQ(attr.qp_state, IBV_QPS_RTS);
+    EXPECT_EQ(attr.ah_attr.is_global, 1);
+    EXPECT_EQ(attr.ah_attr.grh.traffic_class, 136) << connection->name();
+    EXPECT_EQ(attr.ah_attr.sl, 3) << connection->name();
+  }
+}
+
+TEST_F(EndToEndTest, DefaultTrafficClassIsZeroInTheQp) {
+  TransportOptions options;
+  options.traffic_class = -1;
+  OpenContexts(options);
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ibv_qp_attr attr = {};
+  ibv_qp_init_attr init = {};
+  E2E_ASSERT_OK(
+      backend().verbs().QueryQp(pair->client->qp(), &attr, IBV_QP_AV, &init));
+  EXPECT_EQ(attr.ah_attr.grh.traffic_class, 0);
+}
+
+// Runs a listener's Accept loop on a thread until one real connection.
+class AcceptInBackground {
+ public:
+  explicit AcceptInBackground(Listener& listener)
+      : accepted_(std::async(std::launch::async, [&listener] {
+          return listener.Accept(DeadlineIn(seconds(20)));
+        })) {}
+  absl::StatusOr<std::unique_ptr<Connection>> Get() { return accepted_.get(); }
+
+ private:
+  std::future<absl::StatusOr<std::unique_ptr<Connection>>> accepted_;
+};
+
+// Sends raw bytes to `address` and returns what the server answers, decoded.
+absl::StatusOr<HandshakeMessage> RawHandshake(const std::string& address,
+                                              std::vector<uint8_t> bytes) {
+  absl::StatusOr<SocketAddress> resolved = ResolveTcpAddress(address);
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<Socket> socket = TcpConnect(*resolved, DeadlineIn(seconds(5)));
+  if (!socket.ok()) return socket.status();
+  if (absl::Status status =
+          WriteAll(socket->fd(), bytes, DeadlineIn(seconds(5)));
+      !status.ok()) {
+    return status;
+  }
+  uint8_t header[kHandshakeHeaderSize];
+  if (absl::Status status =
+          ReadExact(socket->fd(), header, DeadlineIn(seconds(5)));
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<HandshakeHeader> decoded = DecodeHandshakeHeader(header);
+  if (!decoded.ok()) return decoded.status();
+  std::vector<uint8_t> body(decoded->body_length);
+  if (absl::Status status =
+          ReadExact(socket->fd(), body, DeadlineIn(seconds(5)));
+      !status.ok()) {
+    return status;
+  }
+  return DecodeHandshakeBody(*decoded, body);
+}
+
+std::vector<uint8_t> Header(uint32_t magic, uint16_t version, uint8_t type,
+                            uint32_t length) {
+  return {static_cast<uint8_t>(magic >> 24),
+          static_cast<uint8_t>(magic >> 16),
+          static_cast<uint8_t>(magic >> 8),
+          static_cast<uint8_t>(magic),
+          static_cast<uint8_t>(version >> 8),
+          static_cast<uint8_t>(version),
+          type,
+          0,
+          static_cast<uint8_t>(length >> 24),
+          static_cast<uint8_t>(length >> 16),
+          static_cast<uint8_t>(length >> 8),
+          static_cast<uint8_t>(length)};
+}
+
+TEST_F(EndToEndTest, HandshakesFromStrangersAreRejectedAndServingGoesOn) {
+  OpenContexts();
+  ConnectionOptions options;
+  options.token = "s3cret";
+  options.handshake_timeout = milliseconds(500);
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      Listener::Create(server_context(), ListenAddress(), options);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const std::string address = (*listener)->address();
+  AcceptInBackground accept(**listener);
+
+  struct Case {
+    const char* what;
+    std::vector<uint8_t> bytes;
+    const char* reason;
+  };
+  std::string http = "GET / HTTP/1.1\r\n";
+  const std::vector<Case> cases = {
+      {"wrong magic", std::vector<uint8_t>(http.begin(), http.end()), "magic"},
+      {"wrong version", Header(kHandshakeMagic, 2, 1, 0), "version"},
+      {"1 GiB length prefix", Header(kHandshakeMagic, 1, 1, 1u << 30),
+       "exceeds the maximum"},
+      {"READY before HELLO", Header(kHandshakeMagic, 1, 3, 0),
+       "expected HELLO"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<HandshakeMessage> reply = RawHandshake(address, c.bytes);
+    ASSERT_TRUE(reply.ok()) << c.what << ": " << reply.status();
+    EXPECT_EQ(reply->type, HandshakeType::kReject) << c.what;
+    EXPECT_THAT(reply->reason, HasSubstr(c.reason)) << c.what;
+  }
+
+  // One byte, then silence: dropped after handshake_timeout, while others
+  // are served meanwhile.
+  absl::StatusOr<SocketAddress> resolved = ResolveTcpAddress(address);
+  ASSERT_TRUE(resolved.ok());
+  absl::StatusOr<Socket> silent = TcpConnect(*resolved, DeadlineIn(seconds(5)));
+  ASSERT_TRUE(silent.ok());
+  const uint8_t one_byte = 0x52;
+  E2E_ASSERT_OK(WriteAll(silent->fd(), {&one_byte, 1}, DeadlineIn(seconds(1))));
+
+  // A client with the wrong token is told so.
+  ConnectionOptions wrong = options;
+  wrong.token = "guess";
+  absl::StatusOr<std::unique_ptr<Connection>> refused =
+      Connect(client_context(), address, wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("wrong token"));
+
+  // A real client still gets through.
+  absl::StatusOr<std::unique_ptr<Connection>> client =
+      Connect(client_context(), address, options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::unique_ptr<Connection>> server = accept.Get();
+  ASSERT_TRUE(server.ok()) << server.status();
+  E2E_ASSERT_OK((*client)->Send(Bytes("through")));
+  std::vector<std::byte> buffer(64);
+  absl::StatusOr<size_t> n = (*server)->Receive(buffer, DeadlineIn(seconds(5)));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(Text({buffer.data(), *n}), "through");
+
+  // The silent one times out on a later Accept.
+  absl::StatusOr<std::unique_ptr<Connection>> none =
+      (*listener)->Accept(DeadlineIn(seconds(1)));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded);
+  const ListenerStats stats = (*listener)->stats();
+  EXPECT_EQ(stats.rejected, cases.size() + 1);  // + the wrong token
+  EXPECT_EQ(stats.timed_out, 1u);
+  EXPECT_EQ(stats.accepted, 1u);
+}
+
+TEST_F(EndToEndTest, DeadlinesExpireInsteadOfHanging) {
+  ConnectionOptions options;
+  options.handshake_timeout = milliseconds(300);
+  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  std::vector<std::byte> buffer(64);
+  absl::StatusOr<size_t> n =
+      pair->client->Receive(buffer, DeadlineIn(milliseconds(50)));
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kDeadlineExceeded);
+  E2E_ASSERT_OK(pair->client->status());
+
+  // A listener nobody accepts on: the TCP connection is made but the
+  // handshake is never answered.
+  absl::StatusOr<std::unique_ptr<Listener>> deaf =
+      Listener::Create(server_context(), ListenAddress(), options);
+  ASSERT_TRUE(deaf.ok());
+  const Clock::time_point start = Clock::now();
+  absl::StatusOr<std::unique_ptr<Connection>> connected =
+      Connect(client_context(), (*deaf)->address(), options);
+  EXPECT_EQ(connected.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << connected.status();
+  EXPECT_LT(Clock::now() - start, seconds(5));
+}
+
+TEST_F(EndToEndTest, PeerDeathMidTransferIsUnavailableEverywhere) {
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  E2E_ASSERT_OK(SendStream(*pair->client, 5, 10));
+  E2E_ASSERT_OK(ReceiveStream(*pair->server, 5, 10, 4096));
+  E2E_ASSERT_OK(backend().KillPeer(*pair->server));
+
+  // Keep sending until the transport notices; it must within the retry
+  // budget, never hang.
+  absl::Status status;
+  std::vector<std::byte> message(2048);
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < 1000 && status.ok(); ++i) {
+    status = pair->client->Send(message, DeadlineIn(seconds(10)));
+    if (status.ok()) status = pair->client->Check(DeadlineIn(seconds(10)));
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_LT(Clock::now() - start, seconds(20));
+  // Every later call reports the same.
+  EXPECT_EQ(pair->client->Send(message).code(), absl::StatusCode::kUnavailable);
+  std::vector<std::byte> buffer(64);
+  EXPECT_EQ(
+      pair->client->Receive(buffer, DeadlineIn(seconds(1))).status().code(),
+      absl::StatusCode::kUnavailable);
+  EXPECT_EQ(pair->client->Check().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(EndToEndTest, IdleReceiveNoticesAVanishedPeer) {
+  ConnectionOptions options;
+  options.keepalive_interval = milliseconds(100);
+  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  E2E_ASSERT_OK(backend().KillPeer(*pair->server));
+  std::vector<std::byte> buffer(64);
+  absl::StatusOr<size_t> n =
+      pair->client->Receive(buffer, DeadlineIn(seconds(20)));
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kUnavailable) << n.status();
+  EXPECT_GT(pair->client->stats().keepalives, 0u);
+}
+
+TEST_F(EndToEndTest, GracefulCloseUnderLoadDeliversEverythingSentBefore) {
+  ConnectionOptions options;
+  options.recv_slots = 16;
+  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  const int count = Scaled(5000);
+  auto receiver = std::async(std::launch::async, [&]() -> absl::Status {
+    if (absl::Status status = ReceiveStream(*pair->server, 9, count, 4096);
+        !status.ok()) {
+      return status;
+    }
+    std::vector<std::byte> buffer(4096);
+    absl::StatusOr<size_t> after =
+        pair->server->Receive(buffer, DeadlineIn(seconds(30)));
+    if (after.ok()) return absl::InternalError("a message after the close");
+    if (!absl::IsUnavailable(after.status())) return after.status();
+    return absl::OkStatus();
+  });
+  E2E_ASSERT_OK(SendStream(*pair->client, 9, count));
+  E2E_ASSERT_OK(pair->client->Close(DeadlineIn(seconds(30))));
+  E2E_ASSERT_OK(receiver.get());
+  EXPECT_EQ(pair->client->Send(Bytes("late")).code(),
+            absl::StatusCode::kFailedPrecondition);
+  E2E_ASSERT_OK(pair->server->Close(DeadlineIn(seconds(5))));
+}
+
+TEST_F(EndToEndTest, EventModeWorksAndItsFdIsPollable) {
+  ConnectionOptions options;
+  options.progress = ProgressMode::kEvent;
+  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  ASSERT_GE(pair->server->event_fd(), 0);
+  std::vector<std::byte> buffer(4096);
+  // Blocking receives in event mode, both ways.
+  const int rounds = Scaled(500);
+  auto echo = std::async(std::launch::async, [&]() -> absl::Status {
+    std::vector<std::byte> echo_buffer(4096);
+    for (int i = 0; i < rounds; ++i) {
+      absl::StatusOr<size_t> n =
+          pair->server->Receive(echo_buffer, DeadlineIn(seconds(30)));
+      if (!n.ok()) return n.status();
+      if (absl::Status status = pair->server->Send({echo_buffer.data(), *n});
+          !status.ok()) {
+        return status;
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (int i = 0; i < rounds; ++i) {
+    const size_t length = MessageLength(21, i, 4096);
+    std::vector<std::byte> message(length);
+    FillMessage(21, i, message);
+    E2E_ASSERT_OK(pair->client->Send(message));
+    absl::StatusOr<size_t> n =
+        pair->client->Receive(buffer, DeadlineIn(seconds(30)));
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_EQ(CheckMessage(21, i, {buffer.data(), *n}), "");
+  }
+  E2E_ASSERT_OK(echo.get());
+
+  // The caller's own poll(2) on the fd: nothing pending -> not readable
+  // after a Receive that found nothing; a message makes it readable.
+  absl::StatusOr<size_t> none = pair->server->Receive(buffer, Clock::now());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded);
+  E2E_ASSERT_OK(pair->client->Send(Bytes("wake up")));
+  pollfd entry = {pair->server->event_fd(), POLLIN, 0};
+  ASSERT_EQ(poll(&entry, 1, 5000), 1) << "event fd never became readable";
+  absl::StatusOr<size_t> n = pair->server->Receive(buffer, Clock::now());
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(Text({buffer.data(), *n}), "wake up");
+}
+
+}  // namespace
+}  // namespace rdma_transport

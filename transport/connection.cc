@@ -1,0 +1,832 @@
+#include "transport/connection.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "transport/handshake.h"
+#include "transport/inline_size.h"
+#include "verbs_shim/verbs_error.h"
+#include "verbs_shim/verbs_names.h"
+
+namespace rdma_transport {
+namespace {
+
+constexpr int kPollBatch = 16;
+constexpr uint64_t kWrValueMask = (1ull << 56) - 1;
+// How long a follower waits on the condition variable before looking again.
+constexpr auto kFollowerWait = std::chrono::milliseconds(50);
+
+const char* OperationName(uint8_t kind) {
+  switch (kind) {
+    case 1:
+      return "RECV";
+    case 2:
+      return "SEND_WITH_IMM";
+    case 3:
+      return "SEND_WITH_IMM (credit return)";
+    case 4:
+      return "RDMA_WRITE_WITH_IMM (close)";
+    case 5:
+      return "RDMA_WRITE";
+    case 6:
+      return "RDMA_READ";
+    case 7:
+      return "RDMA_WRITE (liveness check)";
+    default:
+      return "unknown operation";
+  }
+}
+
+absl::StatusCode CodeForCompletion(ibv_wc_status status) {
+  switch (status) {
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+    case IBV_WC_WR_FLUSH_ERR:
+    case IBV_WC_RESP_TIMEOUT_ERR:
+    case IBV_WC_REM_ABORT_ERR:
+    case IBV_WC_FATAL_ERR:
+      return absl::StatusCode::kUnavailable;
+    case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_LOC_ACCESS_ERR:
+    case IBV_WC_REM_ACCESS_ERR:
+      return absl::StatusCode::kPermissionDenied;
+    case IBV_WC_LOC_LEN_ERR:
+    case IBV_WC_REM_INV_REQ_ERR:
+    case IBV_WC_REM_INV_RD_REQ_ERR:
+      return absl::StatusCode::kInvalidArgument;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+size_t RoundUp(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+void Connection::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
+
+Connection::Connection(const Context& context, const ConnectionOptions& options,
+                       std::string name)
+    : context_(context),
+      verbs_(context.verbs()),
+      options_(options),
+      name_(std::move(name)),
+      owed_credits_(options.credit_batch != 0 ? options.credit_batch
+                                              : options.recv_slots / 2) {
+  std::random_device random;
+  psn_ = random() & 0xffffff;
+}
+
+Connection::~Connection() {
+  if (!closed_) (void)Close(Clock::now());
+}
+
+absl::Status Connection::CreateResources() {
+  const ConnectionOptions& o = options_;
+  if (o.recv_slots < kMinRecvSlots || o.recv_slots > kMaxRecvSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("recv_slots ", o.recv_slots, " out of range ",
+                     kMinRecvSlots, "..", kMaxRecvSlots));
+  }
+  if (o.send_slots < 2 || o.send_slots > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("send_slots ", o.send_slots, " out of range 2..65535"));
+  }
+  if (o.max_message_size > kMaxSlotSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_size ", o.max_message_size, " exceeds ",
+                     kMaxSlotSize, "; carry large payloads with Write()"));
+  }
+  if (o.max_rdma_batch < 1 || o.max_rdma_batch > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_rdma_batch ", o.max_rdma_batch, " out of range 1..4096"));
+  }
+  sq_depth_ = o.send_slots + o.max_rdma_batch + 4;
+  const int device_max_wr = context_.device_attr().max_qp_wr;
+  if (device_max_wr > 0 &&
+      (sq_depth_ > static_cast<uint32_t>(device_max_wr) ||
+       o.recv_slots > static_cast<uint32_t>(device_max_wr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("send queue of ", sq_depth_, " or receive queue of ",
+                     o.recv_slots, " work requests exceeds ",
+                     context_.device_name(), "'s max_qp_wr ", device_max_wr));
+  }
+  signal_interval_ = std::clamp<uint32_t>(o.send_slots / 4, 1, 16);
+
+  if (o.progress == ProgressMode::kEvent) {
+    absl::StatusOr<ibv_comp_channel*> channel =
+        verbs_.CreateCompChannel(context_.device());
+    if (!channel.ok()) return channel.status();
+    channel_ = *channel;
+    int flags = fcntl(channel_->fd, F_GETFL);
+    if (flags < 0 || fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+      return VerbsError("fcntl(completion channel, O_NONBLOCK)", errno);
+    }
+    wakeup_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wakeup_fd_ < 0) return VerbsError("eventfd", errno);
+  }
+  absl::StatusOr<ibv_cq*> cq = verbs_.CreateCq(
+      context_.device(), sq_depth_ + o.recv_slots + 1, this, channel_, 0);
+  if (!cq.ok()) return cq.status();
+  cq_ = *cq;
+
+  RcQpCaps caps;
+  caps.max_send_wr = sq_depth_;
+  caps.max_recv_wr = o.recv_slots;
+  caps.max_send_sge = 1;
+  caps.max_recv_sge = 1;
+  absl::StatusOr<NegotiatedQp> qp = context_.CreateRcQp(caps, cq_, cq_);
+  if (!qp.ok()) return qp.status();
+  inline_ = *std::move(qp);
+
+  slot_size_ = std::max<uint32_t>(o.max_message_size, 64);
+  const size_t send_bytes = RoundUp(size_t{slot_size_} * o.send_slots, 4096);
+  const size_t recv_bytes = RoundUp(size_t{slot_size_} * o.recv_slots, 4096);
+  send_buffer_.reset(
+      static_cast<std::byte*>(std::aligned_alloc(4096, send_bytes)));
+  recv_buffer_.reset(
+      static_cast<std::byte*>(std::aligned_alloc(4096, recv_bytes)));
+  if (!send_buffer_ || !recv_buffer_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "allocating ", send_bytes + recv_bytes, " bytes of message rings"));
+  }
+  absl::StatusOr<MemoryRegion> send_ring = context_.RegisterMemory(
+      {send_buffer_.get(), send_bytes}, MemoryAccess::kLocalOnly);
+  if (!send_ring.ok()) return send_ring.status();
+  send_ring_ = *std::move(send_ring);
+  absl::StatusOr<MemoryRegion> recv_ring = context_.RegisterMemory(
+      {recv_buffer_.get(), recv_bytes}, MemoryAccess::kLocalWrite);
+  if (!recv_ring.ok()) return recv_ring.status();
+  recv_ring_ = *std::move(recv_ring);
+
+  arrived_.assign(o.recv_slots, {0, 0});
+  send_slot_seq_.assign(o.send_slots, 0);
+  rdma_wrs_.assign(o.max_rdma_batch, ibv_send_wr{});
+  rdma_sges_.assign(o.max_rdma_batch, ibv_sge{});
+  return absl::OkStatus();
+}
+
+QpEndpoint Connection::LocalEndpoint() const {
+  return context_.Endpoint(inline_.qp, psn_);
+}
+
+absl::Status Connection::Establish(const QpEndpoint& remote,
+                                   uint32_t peer_recv_slots,
+                                   uint32_t peer_slot_size) {
+  if (absl::Status status = context_.ConnectRcQp(inline_.qp, psn_, remote);
+      !status.ok()) {
+    return WithContext(status, name_);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  for (uint32_t slot = 0; slot < options_.recv_slots; ++slot) {
+    if (absl::Status status = RepostLocked(slot); !status.ok()) {
+      return WithContext(status, name_);
+    }
+  }
+  send_credits_ = SendCredits(peer_recv_slots);
+  send_limit_ = std::min(options_.max_message_size, peer_slot_size);
+  established_ = true;
+  last_activity_ = Clock::now();
+  return absl::OkStatus();
+}
+
+int Connection::event_fd() const {
+  return channel_ != nullptr ? channel_->fd : -1;
+}
+
+absl::Status Connection::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return UsableLocked();
+}
+
+ConnectionStats Connection::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ConnectionStats stats = stats_;
+  stats.send_credits = send_credits_.available();
+  return stats;
+}
+
+absl::Status Connection::UsableLocked() const {
+  if (!failure_.ok()) return failure_;
+  if (closed_ || closing_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": connection is closed"));
+  }
+  if (!established_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": connection is not established"));
+  }
+  return absl::OkStatus();
+}
+
+void Connection::FailLocked(absl::Status status) {
+  if (failure_.ok()) failure_ = std::move(status);
+  cv_.notify_all();
+}
+
+absl::Status Connection::RepostLocked(uint32_t slot) {
+  ibv_sge sge;
+  sge.addr = reinterpret_cast<uint64_t>(recv_ring_.data()) +
+             uint64_t{slot} * slot_size_;
+  sge.length = slot_size_;
+  sge.lkey = recv_ring_.lkey();
+  ibv_recv_wr wr = {};
+  wr.wr_id = MakeWrId(WrKind::kRecv, slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  absl::Status status = verbs_.PostRecv(inline_.qp, &wr, &bad);
+  if (!status.ok()) {
+    status = WithContext(status, absl::StrCat(name_, ": reposting receive"));
+    FailLocked(status);
+  }
+  return status;
+}
+
+absl::Status Connection::PostSendLocked(ibv_send_wr* first, uint32_t count) {
+  ibv_send_wr* wr = first;
+  for (uint32_t i = 0; i < count; ++i, wr = wr->next) {
+    const uint64_t seq = sq_posted_ + i;
+    wr->wr_id = (wr->wr_id & ~kWrValueMask) | (seq & kWrValueMask);
+    if (!(wr->send_flags & IBV_SEND_SIGNALED) &&
+        unsignaled_run_ + 1 >= signal_interval_) {
+      wr->send_flags |= IBV_SEND_SIGNALED;
+    }
+    unsignaled_run_ =
+        (wr->send_flags & IBV_SEND_SIGNALED) ? 0 : unsignaled_run_ + 1;
+  }
+  ibv_send_wr* bad = nullptr;
+  absl::Status status = verbs_.PostSend(inline_.qp, first, &bad);
+  if (status.ok()) [[likely]] {
+    sq_posted_ += count;
+    return status;
+  }
+  // Work requests before `bad` were posted; the connection is unusable now.
+  for (wr = first; wr != nullptr && wr != bad; wr = wr->next) ++sq_posted_;
+  status = WithContext(
+      status, absl::StrCat(name_, ": posting ", WrOpcodeName(first->opcode)));
+  FailLocked(status);
+  return status;
+}
+
+absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
+                                                       uint32_t imm) {
+  ibv_send_wr wr = {};
+  wr.wr_id = MakeWrId(kind, 0);
+  wr.num_sge = 0;
+  wr.send_flags = IBV_SEND_INLINE;
+  switch (kind) {
+    case WrKind::kSendCredit:
+      wr.opcode = IBV_WR_SEND_WITH_IMM;
+      wr.imm_data = htonl(imm);
+      break;
+    case WrKind::kClose:
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.imm_data = htonl(imm);
+      wr.send_flags |= IBV_SEND_SIGNALED;
+      break;
+    default:  // keepalive / Check(): a zero-byte RDMA WRITE
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.send_flags |= IBV_SEND_SIGNALED;
+      break;
+  }
+  const uint64_t seq = sq_posted_;
+  if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
+    return status;
+  }
+  return seq;
+}
+
+void Connection::MaybeReturnCreditsLocked() {
+  if (!established_ || closing_ || !failure_.ok() || peer_closed_) return;
+  while (owed_credits_.WorthAMessage() && send_credits_.CanSendControl() &&
+         SqHasRoomLocked(1)) {
+    const uint32_t credits = owed_credits_.Take();
+    absl::StatusOr<uint64_t> seq = PostControlLocked(
+        WrKind::kSendCredit, EncodeImm(ImmKind::kCredit, credits));
+    if (!seq.ok()) return;
+    send_credits_.Spend();
+    ++stats_.credit_messages_sent;
+  }
+}
+
+void Connection::HandleCompletionLocked(const ibv_wc& wc) {
+  const uint8_t kind = static_cast<uint8_t>(wc.wr_id >> 56);
+  const uint64_t value = wc.wr_id & kWrValueMask;
+  if (kind != static_cast<uint8_t>(WrKind::kRecv)) {
+    sq_completed_ = std::max(sq_completed_, value + 1);
+    if (kind == static_cast<uint8_t>(WrKind::kKeepalive)) {
+      keepalive_outstanding_ = false;
+    }
+  }
+  if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
+    // After a local close or an earlier failure, flushed work requests are
+    // the expected end of everything still queued.
+    if (wc.status == IBV_WC_WR_FLUSH_ERR && (closing_ || !failure_.ok())) {
+      return;
+    }
+    std::string detail =
+        absl::StrCat(name_, ": ", OperationName(kind),
+                     " completion failed: ", WcStatusName(wc.status), " (",
+                     WcStatusDescription(wc.status), "), vendor error 0x",
+                     absl::Hex(wc.vendor_err));
+    if (wc.status == IBV_WC_RETRY_EXC_ERR) {
+      absl::StrAppend(&detail, "; the peer is unreachable or gone");
+    }
+    FailLocked(absl::Status(CodeForCompletion(wc.status), detail));
+    return;
+  }
+  last_activity_ = Clock::now();
+  if (kind != static_cast<uint8_t>(WrKind::kRecv)) return;
+
+  if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
+    FailLocked(absl::InternalError(absl::StrCat(
+        name_, ": protocol error: a message arrived without immediate data")));
+    return;
+  }
+  const uint32_t imm = ntohl(wc.imm_data);
+  send_credits_.Return(ImmCredits(imm));
+  const uint32_t slot = static_cast<uint32_t>(value);
+  switch (ImmKindOf(imm)) {
+    case ImmKind::kData: {
+      const size_t tail = (arrived_head_ + arrived_count_) % arrived_.size();
+      arrived_[tail] = {slot, wc.byte_len};
+      ++arrived_count_;
+      break;
+    }
+    case ImmKind::kCredit:
+      ++stats_.credit_messages_received;
+      if (RepostLocked(slot).ok()) owed_credits_.Add(1);
+      break;
+    case ImmKind::kClose:
+      peer_closed_ = true;
+      break;
+    default:
+      FailLocked(absl::InternalError(absl::StrCat(
+          name_, ": protocol error: unknown message kind in immediate 0x",
+          absl::Hex(imm))));
+      break;
+  }
+}
+
+bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
+  if (cq_ == nullptr) return false;
+  ibv_wc wcs[kPollBatch];
+  absl::StatusOr<int> polled = verbs_.PollCq(cq_, kPollBatch, wcs);
+  if (!polled.ok()) [[unlikely]] {
+    FailLocked(WithContext(polled.status(), name_));
+    return true;
+  }
+  if (*polled == 0) return false;
+  for (int i = 0; i < *polled; ++i) HandleCompletionLocked(wcs[i]);
+  MaybeReturnCreditsLocked();
+  cv_.notify_all();
+  return true;
+}
+
+absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
+                                    Deadline deadline) {
+  const Clock::time_point now = Clock::now();
+  if (now >= deadline) {
+    // Before giving up in kEvent mode, consume the channel's events and arm
+    // the CQ, so that a caller polling event_fd() is woken by the next
+    // completion. A completion that slipped in meanwhile is progress.
+    if (options_.progress == ProgressMode::kEvent && !event_waiter_ &&
+        cq_ != nullptr) {
+      DrainChannelLocked();
+      if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
+        FailLocked(WithContext(status, name_));
+        return absl::OkStatus();
+      }
+      if (PollOnceLocked(lock)) return absl::OkStatus();
+    }
+    return absl::DeadlineExceededError("deadline");
+  }
+  if (options_.progress == ProgressMode::kBusyPoll) {
+    lock.unlock();
+    for (int i = 0; i < 32; ++i) CpuRelax();
+    std::this_thread::yield();
+    lock.lock();
+    return absl::OkStatus();
+  }
+  // kEvent: one thread (the leader) sleeps on the channel; others wait for
+  // it on the condition variable.
+  if (event_waiter_) {
+    cv_.wait_until(lock, std::min(deadline, now + kFollowerWait));
+    return absl::OkStatus();
+  }
+  event_waiter_ = true;
+  if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
+    event_waiter_ = false;
+    FailLocked(WithContext(status, name_));
+    return absl::OkStatus();
+  }
+  // A completion that arrived before the CQ was armed raises no event.
+  if (PollOnceLocked(lock)) {
+    event_waiter_ = false;
+    return absl::OkStatus();
+  }
+  Deadline wake = deadline;
+  if (options_.keepalive_interval.count() > 0) {
+    wake = std::min(wake, last_activity_ + options_.keepalive_interval);
+  }
+  const int channel_fd = channel_->fd;
+  lock.unlock();
+  pollfd fds[2] = {{channel_fd, POLLIN, 0}, {wakeup_fd_, POLLIN, 0}};
+  int ready = poll(fds, 2, PollTimeoutMs(std::max(wake, Clock::now())));
+  lock.lock();
+  event_waiter_ = false;
+  if (ready > 0 && (fds[0].revents & POLLIN)) DrainChannelLocked();
+  if (ready > 0 && (fds[1].revents & POLLIN)) {
+    uint64_t count;
+    (void)!read(wakeup_fd_, &count, sizeof(count));
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void Connection::DrainChannelLocked() {
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+  while (verbs_.GetCqEvent(channel_, &cq, &cq_context).ok()) {
+    verbs_.AckCqEvents(cq, 1);
+  }
+}
+
+absl::Status Connection::WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
+                                          uint64_t seq, Deadline deadline) {
+  while (true) {
+    if (!failure_.ok()) return failure_;
+    if (sq_completed_ > seq) return absl::OkStatus();
+    if (PollOnceLocked(lock)) continue;
+    if (!WaitLocked(lock, deadline).ok()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          name_, ": work request not completed before the deadline"));
+    }
+  }
+}
+
+namespace {
+// Counts a call in flight for Close() to wait on.
+class ActiveCall {
+ public:
+  ActiveCall(int& count, std::condition_variable& cv) : count_(count), cv_(cv) {
+    ++count_;
+  }
+  ~ActiveCall() {
+    if (--count_ == 0) cv_.notify_all();
+  }
+
+ private:
+  int& count_;
+  std::condition_variable& cv_;
+};
+}  // namespace
+
+absl::Status Connection::Send(std::span<const std::byte> message,
+                              Deadline deadline) {
+  const size_t size = message.size();
+  std::unique_lock<std::mutex> lock(mu_);
+  ActiveCall active(active_calls_, cv_);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  if (size > send_limit_) [[unlikely]] {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": message of ", size,
+                     " bytes exceeds the maximum message size ", send_limit_,
+                     " (the peer's receive slot); send larger payloads with "
+                     "Write()"));
+  }
+  const bool send_inline =
+      ShouldSendInline(static_cast<uint32_t>(size), inline_.usable_inline);
+  while (true) {
+    if (absl::Status status = UsableLocked(); !status.ok()) return status;
+    if (peer_closed_) {
+      return absl::UnavailableError(
+          absl::StrCat(name_, ": the peer closed the connection"));
+    }
+    if (send_credits_.CanSendData() && SqHasRoomLocked(1) &&
+        (send_inline || send_slot_seq_[next_send_slot_] <= sq_completed_)) {
+      break;
+    }
+    if (PollOnceLocked(lock)) continue;
+    if (!WaitLocked(lock, deadline).ok()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          name_, ": no send credit or slot before the deadline (",
+          send_credits_.available(), " credits; the peer is not receiving)"));
+    }
+  }
+
+  ibv_sge sge;
+  ibv_send_wr wr = {};
+  wr.wr_id = MakeWrId(WrKind::kSendData, 0);
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(EncodeImm(ImmKind::kData, owed_credits_.Take()));
+  wr.sg_list = &sge;
+  wr.num_sge = size > 0 ? 1 : 0;
+  uint32_t slot = 0;
+  if (send_inline) {
+    sge.addr = reinterpret_cast<uint64_t>(message.data());
+    sge.length = static_cast<uint32_t>(size);
+    sge.lkey = 0;  // inline data is copied by the CPU; no key is used
+    wr.send_flags = IBV_SEND_INLINE;
+  } else {
+    slot = next_send_slot_;
+    std::byte* destination = send_ring_.data() + size_t{slot} * slot_size_;
+    if (size > 0) std::memcpy(destination, message.data(), size);
+    sge.addr = reinterpret_cast<uint64_t>(destination);
+    sge.length = static_cast<uint32_t>(size);
+    sge.lkey = send_ring_.lkey();
+  }
+  const uint64_t seq = sq_posted_;
+  if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
+    return status;
+  }
+  send_credits_.Spend();
+  if (!send_inline) {
+    send_slot_seq_[slot] = seq + 1;
+    next_send_slot_ = (next_send_slot_ + 1) % send_slot_seq_.size();
+  }
+  ++stats_.messages_sent;
+  stats_.bytes_sent += size;
+  if (send_inline) ++stats_.inline_sends;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
+                                           Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ActiveCall active(active_calls_, cv_);
+  while (true) {
+    if (absl::Status status = UsableLocked(); !status.ok()) return status;
+    if (arrived_count_ > 0) {
+      const auto [slot, length] = arrived_[arrived_head_];
+      if (length > buffer.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name_, ": the next message has ", length,
+                         " bytes but the buffer holds ", buffer.size(),
+                         "; it stays queued"));
+      }
+      arrived_head_ = (arrived_head_ + 1) % arrived_.size();
+      --arrived_count_;
+      if (length > 0) {
+        std::memcpy(buffer.data(),
+                    recv_ring_.data() + size_t{slot} * slot_size_, length);
+      }
+      if (RepostLocked(slot).ok()) owed_credits_.Add(1);
+      MaybeReturnCreditsLocked();
+      ++stats_.messages_received;
+      stats_.bytes_received += length;
+      return size_t{length};
+    }
+    if (peer_closed_) {
+      return absl::UnavailableError(
+          absl::StrCat(name_, ": the peer closed the connection"));
+    }
+    if (PollOnceLocked(lock)) continue;
+    if (options_.keepalive_interval.count() > 0 && !keepalive_outstanding_ &&
+        Clock::now() - last_activity_ >= options_.keepalive_interval &&
+        SqHasRoomLocked(1)) {
+      if (PostControlLocked(WrKind::kKeepalive, 0).ok()) {
+        keepalive_outstanding_ = true;
+        ++stats_.keepalives;
+        last_activity_ = Clock::now();
+      }
+      continue;
+    }
+    if (!WaitLocked(lock, deadline).ok()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(name_, ": no message before the deadline"));
+    }
+  }
+}
+
+absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
+                                      bool is_write) const {
+  const uint64_t max_message = context_.port_attr().max_msg_sz > 0
+                                   ? context_.port_attr().max_msg_sz
+                                   : (1ull << 31);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const RdmaOp& op = ops[i];
+    const std::string which = absl::StrCat(
+        name_, ": RDMA ", is_write ? "WRITE" : "READ", " #", i, ": ");
+    if (op.local == nullptr || !op.local->valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(which, "no local memory region"));
+    }
+    if (absl::Status status = op.local->CheckRange(op.local_offset, op.length);
+        !status.ok()) {
+      return absl::OutOfRangeError(
+          absl::StrCat(which, "local ", status.message()));
+    }
+    if (!is_write && !op.local->allows(kLocalWrite)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          which,
+          "the local region was registered without kLocalWrite, so "
+          "the NIC may not write the data read into it"));
+    }
+    if (op.length > max_message) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(which, op.length, " bytes exceed the port's max_msg_sz ",
+                       max_message, "; split it"));
+    }
+    if (op.remote_offset > op.remote.length ||
+        op.length > op.remote.length - op.remote_offset) {
+      return absl::OutOfRangeError(
+          absl::StrCat(which, "remote range [", op.remote_offset, ", ",
+                       op.remote_offset + op.length, ") is outside the peer's ",
+                       op.remote.length, "-byte region"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
+                                    std::span<const RdmaOp> ops,
+                                    bool is_write) {
+  size_t done = 0;
+  while (done < ops.size()) {
+    const uint32_t batch = static_cast<uint32_t>(
+        std::min<size_t>(ops.size() - done, options_.max_rdma_batch));
+    while (!SqHasRoomLocked(batch)) {
+      if (absl::Status status = UsableLocked(); !status.ok()) return status;
+      if (!PollOnceLocked(lock)) (void)WaitLocked(lock, kNoDeadline);
+    }
+    if (absl::Status status = UsableLocked(); !status.ok()) return status;
+    for (uint32_t i = 0; i < batch; ++i) {
+      const RdmaOp& op = ops[done + i];
+      ibv_sge& sge = rdma_sges_[i];
+      sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset);
+      sge.length = static_cast<uint32_t>(op.length);
+      sge.lkey = op.local->lkey();
+      ibv_send_wr& wr = rdma_wrs_[i];
+      wr = ibv_send_wr{};
+      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, 0);
+      wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+      wr.sg_list = &sge;
+      wr.num_sge = op.length > 0 ? 1 : 0;
+      wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset;
+      wr.wr.rdma.rkey = op.remote.rkey;
+      if (is_write && ShouldSendInline(static_cast<uint32_t>(op.length),
+                                       inline_.usable_inline)) {
+        wr.send_flags |= IBV_SEND_INLINE;
+      }
+      wr.next = i + 1 < batch ? &rdma_wrs_[i + 1] : nullptr;
+      stats_.rdma_bytes += op.length;
+    }
+    rdma_wrs_[batch - 1].send_flags |= IBV_SEND_SIGNALED;
+    const uint64_t last_seq = sq_posted_ + batch - 1;
+    if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
+        !status.ok()) {
+      return status;
+    }
+    if (is_write) {
+      stats_.rdma_writes += batch;
+    } else {
+      stats_.rdma_reads += batch;
+    }
+    if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
+        !status.ok()) {
+      return status;
+    }
+    done += batch;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Connection::Write(std::span<const RdmaOp> ops) {
+  if (absl::Status status = CheckRdmaOps(ops, true); !status.ok()) {
+    return status;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  ActiveCall active(active_calls_, cv_);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  return RdmaLocked(lock, ops, true);
+}
+
+absl::Status Connection::Read(std::span<const RdmaOp> ops) {
+  if (absl::Status status = CheckRdmaOps(ops, false); !status.ok()) {
+    return status;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  ActiveCall active(active_calls_, cv_);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  return RdmaLocked(lock, ops, false);
+}
+
+absl::Status Connection::Check(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ActiveCall active(active_calls_, cv_);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  if (peer_closed_) {
+    return absl::UnavailableError(
+        absl::StrCat(name_, ": the peer closed the connection"));
+  }
+  while (!SqHasRoomLocked(1)) {
+    if (absl::Status status = UsableLocked(); !status.ok()) return status;
+    if (!PollOnceLocked(lock) && !WaitLocked(lock, deadline).ok()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(name_, ": liveness check could not be posted in time"));
+    }
+  }
+  absl::StatusOr<uint64_t> seq = PostControlLocked(WrKind::kKeepalive, 0);
+  if (!seq.ok()) return seq.status();
+  keepalive_outstanding_ = true;
+  ++stats_.keepalives;
+  return WaitForSeqLocked(lock, *seq, deadline);
+}
+
+absl::Status Connection::Close(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (closed_) return absl::OkStatus();
+  if (closing_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": Close() is already running"));
+  }
+  closing_ = true;
+  if (wakeup_fd_ >= 0) {
+    uint64_t one = 1;
+    (void)!write(wakeup_fd_, &one, sizeof(one));
+  }
+  cv_.notify_all();
+
+  absl::Status result;
+  if (established_ && failure_.ok() && !peer_closed_) {
+    // The close message needs a credit and a send queue entry.
+    while (failure_.ok() &&
+           !(send_credits_.CanSendControl() && SqHasRoomLocked(1))) {
+      if (PollOnceLocked(lock)) continue;
+      if (!WaitLocked(lock, deadline).ok()) {
+        result = absl::DeadlineExceededError(absl::StrCat(
+            name_, ": close: no credit to tell the peer before the deadline"));
+        break;
+      }
+    }
+    if (result.ok() && failure_.ok()) {
+      absl::StatusOr<uint64_t> seq = PostControlLocked(
+          WrKind::kClose, EncodeImm(ImmKind::kClose, owed_credits_.Take()));
+      if (seq.ok()) {
+        send_credits_.Spend();
+        // Its completion means everything posted before it completed too.
+        result = WaitForSeqLocked(lock, *seq, deadline);
+        // A peer that closed at the same time may be gone already.
+        if (!result.ok() && peer_closed_) result = absl::OkStatus();
+      } else {
+        result = seq.status();
+      }
+    }
+  }
+  // Let calls still inside (a Receive on another thread) leave first.
+  cv_.wait(lock, [this] { return active_calls_ == 0; });
+  TearDownLocked();
+  closed_ = true;
+  return result;
+}
+
+void Connection::TearDownLocked() {
+  auto report = [this](const absl::Status& status) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "rdma_transport: %s: closing: %s\n", name_.c_str(),
+                   status.ToString().c_str());
+    }
+  };
+  if (inline_.qp != nullptr) {
+    report(verbs_.DestroyQp(inline_.qp));
+    inline_.qp = nullptr;
+  }
+  if (cq_ != nullptr) {
+    report(verbs_.DestroyCq(cq_));
+    cq_ = nullptr;
+  }
+  if (channel_ != nullptr) {
+    report(verbs_.DestroyCompChannel(channel_));
+    channel_ = nullptr;
+  }
+  report(send_ring_.Release());
+  report(recv_ring_.Release());
+  if (wakeup_fd_ >= 0) {
+    ::close(wakeup_fd_);
+    wakeup_fd_ = -1;
+  }
+}
+
+}  // namespace rdma_transport

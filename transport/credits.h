@@ -1,0 +1,84 @@
+// File: transport/credits.h
+//
+// Credit-based flow control for messaging, so that a SEND never finds the
+// peer without a posted receive (no RNR, ever).
+//
+// Each side posts `recv_slots` receives and tells the peer in the handshake;
+// the peer starts with that many credits, one per receive it may consume.
+// Every message that consumes a receive at the peer costs a credit: data
+// messages (SEND_WITH_IMM), credit messages and the close message. The
+// receiver hands credits back once it has reposted the receives:
+//  - piggybacked in the immediate data of every data message it sends, and
+//  - when it owes at least `batch` credits (half the ring by default) and has
+//    no data to carry them, in a zero-length credit message.
+// The last credit is kept for control messages (credit returns and close):
+// data may not spend it. Without that reserve, two sides that have each
+// filled the other's ring could never tell each other they have drained it.
+//
+// Immediate data (32 bits, host order here; network order on the wire):
+//   bits 31..30  kind: 0 data, 1 credit, 2 close
+//   bits 15..0   credits returned
+//
+// These classes hold counters only; the Connection serialises access to them.
+
+#ifndef RDMA_TRANSPORT_TRANSPORT_CREDITS_H_
+#define RDMA_TRANSPORT_TRANSPORT_CREDITS_H_
+
+#include <algorithm>
+#include <cstdint>
+
+namespace rdma_transport {
+
+enum class ImmKind : uint32_t { kData = 0, kCredit = 1, kClose = 2 };
+
+inline constexpr uint32_t kMaxCreditsPerImm = 0xffff;
+
+inline uint32_t EncodeImm(ImmKind kind, uint32_t credits) {
+  return (static_cast<uint32_t>(kind) << 30) |
+         std::min(credits, kMaxCreditsPerImm);
+}
+inline ImmKind ImmKindOf(uint32_t imm) {
+  return static_cast<ImmKind>(imm >> 30);
+}
+inline uint32_t ImmCredits(uint32_t imm) { return imm & 0xffff; }
+
+// Credits this side holds for the peer's receive ring.
+class SendCredits {
+ public:
+  explicit SendCredits(uint32_t initial = 0) : available_(initial) {}
+
+  uint32_t available() const { return available_; }
+  // Data needs two: the one it spends and the reserve that must remain.
+  bool CanSendData() const { return available_ >= 2; }
+  bool CanSendControl() const { return available_ >= 1; }
+  void Spend() { --available_; }
+  void Return(uint32_t credits) { available_ += credits; }
+
+ private:
+  uint32_t available_;
+};
+
+// Credits this side owes the peer: receives reposted but not yet announced.
+class OwedCredits {
+ public:
+  explicit OwedCredits(uint32_t batch = 1) : batch_(std::max(batch, 1u)) {}
+
+  uint32_t owed() const { return owed_; }
+  void Add(uint32_t credits = 1) { owed_ += credits; }
+  // True when enough are owed to be worth a message of their own.
+  bool WorthAMessage() const { return owed_ >= batch_; }
+  // Takes what one immediate can carry.
+  uint32_t Take() {
+    uint32_t taken = std::min(owed_, kMaxCreditsPerImm);
+    owed_ -= taken;
+    return taken;
+  }
+
+ private:
+  uint32_t batch_;
+  uint32_t owed_ = 0;
+};
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_TRANSPORT_CREDITS_H_

@@ -1,0 +1,370 @@
+#include "transport/listener.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "transport/handshake.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+
+// The friend of Connection that builds and establishes one.
+class ConnectionSetup {
+ public:
+  static absl::StatusOr<std::unique_ptr<Connection>> Create(
+      const Context& context, const ConnectionOptions& options,
+      std::string name) {
+    std::unique_ptr<Connection> connection(
+        new Connection(context, options, std::move(name)));
+    if (absl::Status status = connection->CreateResources(); !status.ok()) {
+      return WithContext(status, connection->name());
+    }
+    return connection;
+  }
+  static QpEndpoint LocalEndpoint(const Connection& connection) {
+    return connection.LocalEndpoint();
+  }
+  static absl::Status Establish(Connection& connection,
+                                const HandshakeMessage& peer) {
+    return connection.Establish(peer.endpoint, peer.recv_slots, peer.slot_size);
+  }
+};
+
+namespace {
+
+bool SameToken(std::string_view a, std::string_view b) {
+  // Constant time in the length of the longer token.
+  uint8_t difference = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t x = i < a.size() ? static_cast<uint8_t>(a[i]) : 0;
+    uint8_t y = i < b.size() ? static_cast<uint8_t>(b[i]) : 0;
+    difference |= x ^ y;
+  }
+  return difference == 0;
+}
+
+HandshakeMessage OfferFor(const Connection& connection,
+                          const ConnectionOptions& options,
+                          HandshakeType type) {
+  HandshakeMessage message;
+  message.type = type;
+  message.endpoint = ConnectionSetup::LocalEndpoint(connection);
+  message.recv_slots = options.recv_slots;
+  message.slot_size = options.max_message_size;
+  if (type == HandshakeType::kHello) message.token = options.token;
+  return message;
+}
+
+absl::Status SendFrame(int fd, const HandshakeMessage& message,
+                       Deadline deadline) {
+  absl::StatusOr<std::vector<uint8_t>> frame = EncodeHandshake(message);
+  if (!frame.ok()) return frame.status();
+  return WriteAll(fd, *frame, deadline);
+}
+
+absl::StatusOr<HandshakeMessage> ReceiveFrame(int fd, Deadline deadline) {
+  uint8_t header_bytes[kHandshakeHeaderSize];
+  if (absl::Status status = ReadExact(fd, header_bytes, deadline);
+      !status.ok()) {
+    return WithContext(status, "handshake");
+  }
+  absl::StatusOr<HandshakeHeader> header = DecodeHandshakeHeader(header_bytes);
+  if (!header.ok()) return header.status();
+  std::vector<uint8_t> body(header->body_length);
+  if (absl::Status status = ReadExact(fd, body, deadline); !status.ok()) {
+    return WithContext(status, "handshake");
+  }
+  return DecodeHandshakeBody(*header, body);
+}
+
+std::string AddressOf(absl::StatusOr<SocketAddress> address) {
+  return address.ok() ? FormatSocketAddress(*address) : "<unknown>";
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Connection>> Connect(
+    const Context& context, std::string_view address,
+    const ConnectionOptions& options) {
+  const Deadline deadline = DeadlineIn(options.handshake_timeout);
+  absl::StatusOr<SocketAddress> server = ResolveTcpAddress(address);
+  if (!server.ok()) return server.status();
+  absl::StatusOr<Socket> socket = TcpConnect(*server, deadline);
+  if (!socket.ok()) return socket.status();
+
+  std::string name = options.name;
+  if (name.empty()) {
+    name = absl::StrCat("connection ", AddressOf(LocalAddress(socket->fd())),
+                        " -> ", FormatSocketAddress(*server));
+  }
+  absl::StatusOr<std::unique_ptr<Connection>> connection =
+      ConnectionSetup::Create(context, options, name);
+  if (!connection.ok()) return connection.status();
+
+  if (absl::Status status = SendFrame(
+          socket->fd(), OfferFor(**connection, options, HandshakeType::kHello),
+          deadline);
+      !status.ok()) {
+    return WithContext(status, name);
+  }
+  absl::StatusOr<HandshakeMessage> reply = ReceiveFrame(socket->fd(), deadline);
+  if (!reply.ok()) return WithContext(reply.status(), name);
+  if (reply->type == HandshakeType::kReject) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": the server rejected the connection: ", reply->reason));
+  }
+  if (reply->type != HandshakeType::kAccept) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": handshake: expected ACCEPT, got ",
+                     HandshakeTypeName(reply->type)));
+  }
+  if (absl::Status status = ConnectionSetup::Establish(**connection, *reply);
+      !status.ok()) {
+    return status;
+  }
+  HandshakeMessage ready;
+  ready.type = HandshakeType::kReady;
+  if (absl::Status status = SendFrame(socket->fd(), ready, deadline);
+      !status.ok()) {
+    return WithContext(status, name);
+  }
+  return connection;
+}
+
+// One handshake in progress on the server side.
+struct Listener::Pending {
+  Socket socket;
+  std::string peer;
+  Deadline deadline;
+  bool awaiting_ready = false;
+  std::vector<uint8_t> bytes;
+  size_t needed = kHandshakeHeaderSize;
+  std::unique_ptr<Connection> connection;
+};
+
+absl::StatusOr<std::unique_ptr<Listener>> Listener::Create(
+    const Context& context, std::string_view address,
+    const ConnectionOptions& options, const ListenerOptions& listener_options) {
+  absl::StatusOr<SocketAddress> resolved = ResolveTcpAddress(address);
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<Socket> socket =
+      TcpListen(*resolved, listener_options.backlog);
+  if (!socket.ok()) return socket.status();
+  std::unique_ptr<Listener> listener(
+      new Listener(context, options, listener_options));
+  listener->address_ = AddressOf(LocalAddress(socket->fd()));
+  listener->socket_ = *std::move(socket);
+  return listener;
+}
+
+Listener::Listener(const Context& context, const ConnectionOptions& options,
+                   const ListenerOptions& listener_options)
+    : context_(context),
+      options_(options),
+      listener_options_(listener_options) {}
+
+Listener::~Listener() = default;
+
+ListenerStats Listener::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Listener::Forget(Pending& pending, uint64_t ListenerStats::*counter,
+                      const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++(stats_.*counter);
+    stats_.last_failure = absl::StrCat(pending.peer, ": ", reason);
+  }
+  pending.socket.Close();
+  pending.connection.reset();
+}
+
+void Listener::Reject(Pending& pending, const std::string& reason) {
+  HandshakeMessage reject;
+  reject.type = HandshakeType::kReject;
+  reject.reason = reason.substr(0, kMaxReasonLength);
+  for (char& c : reject.reason) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  // Best effort: the peer may be gone or not reading.
+  (void)SendFrame(pending.socket.fd(), reject,
+                  DeadlineIn(std::chrono::milliseconds(100)));
+  Forget(pending, &ListenerStats::rejected, reason);
+}
+
+void Listener::AcceptNewSockets() {
+  while (true) {
+    sockaddr_storage peer = {};
+    socklen_t length = sizeof(peer);
+    int fd = accept4(socket_.fd(), reinterpret_cast<sockaddr*>(&peer), &length,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN (drained) or a transient error
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto pending = std::make_unique<Pending>();
+    pending->socket = Socket(fd);
+    SocketAddress address;
+    address.storage = peer;
+    address.length = length;
+    pending->peer = FormatSocketAddress(address);
+    pending->deadline = DeadlineIn(options_.handshake_timeout);
+    if (pending_.size() >= listener_options_.max_pending_handshakes) {
+      Forget(*pending_.front(), &ListenerStats::dropped,
+             "dropped: too many pending handshakes");
+      pending_.pop_front();
+    }
+    pending_.push_back(std::move(pending));
+  }
+}
+
+std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
+  // Read what has arrived, never past the current frame.
+  while (pending.bytes.size() < pending.needed) {
+    const size_t have = pending.bytes.size();
+    pending.bytes.resize(pending.needed);
+    absl::StatusOr<size_t> got = ReadAvailable(
+        pending.socket.fd(), std::span<uint8_t>(pending.bytes).subspan(have));
+    if (!got.ok()) {
+      pending.bytes.resize(have);
+      Forget(pending, &ListenerStats::abandoned,
+             absl::StrCat("went away during the handshake after ", have,
+                          " bytes"));
+      return nullptr;
+    }
+    pending.bytes.resize(have + *got);
+    if (*got == 0) return nullptr;  // wait for more
+    if (pending.bytes.size() == kHandshakeHeaderSize) {
+      absl::StatusOr<HandshakeHeader> header =
+          DecodeHandshakeHeader(pending.bytes);
+      if (!header.ok()) {
+        Reject(pending, std::string(header.status().message()));
+        return nullptr;
+      }
+      pending.needed = kHandshakeHeaderSize + header->body_length;
+    }
+  }
+  absl::StatusOr<HandshakeMessage> message =
+      DecodeHandshakeFrame(pending.bytes);
+  pending.bytes.clear();
+  pending.needed = kHandshakeHeaderSize;
+  if (!message.ok()) {
+    Reject(pending, std::string(message.status().message()));
+    return nullptr;
+  }
+
+  if (pending.awaiting_ready) {
+    if (message->type != HandshakeType::kReady) {
+      Reject(pending, absl::StrCat("handshake: expected READY, got ",
+                                   HandshakeTypeName(message->type)));
+      return nullptr;
+    }
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.accepted;
+    }
+    pending.socket.Close();
+    return std::move(pending.connection);
+  }
+
+  if (message->type != HandshakeType::kHello) {
+    Reject(pending, absl::StrCat("handshake: expected HELLO, got ",
+                                 HandshakeTypeName(message->type)));
+    return nullptr;
+  }
+  if (!SameToken(message->token, options_.token)) {
+    Reject(pending, "handshake: wrong token");
+    return nullptr;
+  }
+  std::string name = options_.name;
+  if (name.empty()) {
+    name = absl::StrCat("connection ", address_, " <- ", pending.peer);
+  }
+  absl::StatusOr<std::unique_ptr<Connection>> connection =
+      ConnectionSetup::Create(context_, options_, name);
+  if (connection.ok()) {
+    absl::Status status = ConnectionSetup::Establish(**connection, *message);
+    if (!status.ok()) connection = status;
+  }
+  if (!connection.ok()) {
+    Reject(pending, absl::StrCat("server could not set up the QP: ",
+                                 connection.status().message()));
+    return nullptr;
+  }
+  if (absl::Status status =
+          SendFrame(pending.socket.fd(),
+                    OfferFor(**connection, options_, HandshakeType::kAccept),
+                    pending.deadline);
+      !status.ok()) {
+    Forget(pending, &ListenerStats::abandoned, std::string(status.message()));
+    return nullptr;
+  }
+  pending.connection = *std::move(connection);
+  pending.awaiting_ready = true;
+  return nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(
+    Deadline deadline) {
+  std::vector<pollfd> fds;
+  while (true) {
+    // Expire silent handshakes.
+    const Clock::time_point now = Clock::now();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if ((*it)->deadline <= now) {
+        Forget(**it, &ListenerStats::timed_out,
+               absl::StrCat("handshake timed out after ", (*it)->bytes.size(),
+                            " bytes of the current frame"));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+
+    Deadline wake = deadline;
+    fds.clear();
+    fds.push_back({socket_.fd(), POLLIN, 0});
+    for (const auto& pending : pending_) {
+      fds.push_back({pending->socket.fd(), POLLIN, 0});
+      wake = std::min(wake, pending->deadline);
+    }
+    int ready = poll(fds.data(), fds.size(), PollTimeoutMs(wake));
+    if (ready < 0 && errno != EINTR) {
+      return VerbsError("poll", errno, "listener");
+    }
+    if (ready > 0) {
+      // Handshakes first (their sockets are fds[1..]), then new sockets.
+      const size_t count = pending_.size();
+      std::vector<bool> readable(count);
+      for (size_t i = 0; i < count; ++i) {
+        readable[i] = fds[i + 1].revents != 0;
+      }
+      std::unique_ptr<Connection> established;
+      for (size_t i = 0; i < count && established == nullptr; ++i) {
+        if (readable[i]) established = Advance(*pending_[i]);
+      }
+      pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                    [](const auto& pending) {
+                                      return !pending->socket.valid();
+                                    }),
+                     pending_.end());
+      if (established != nullptr) return established;
+      if (fds[0].revents & POLLIN) AcceptNewSockets();
+    }
+    if (Clock::now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no connection accepted on ", address_, " before the deadline (",
+          pending_.size(), " handshakes pending)"));
+    }
+  }
+}
+
+}  // namespace rdma_transport

@@ -1,0 +1,119 @@
+// File: transport/listener.h
+//
+// Making connections: a Listener on a TCP address accepts them, Connect()
+// dials one. Both run the handshake of handshake.h over TCP and bring the RC
+// QPs up with the Context's traffic class, service level and MTU.
+//
+//   absl::StatusOr<std::unique_ptr<Listener>> listener =
+//       Listener::Create(server_context, "0.0.0.0:18515", options);
+//   absl::StatusOr<std::unique_ptr<Connection>> accepted =
+//       (*listener)->Accept(DeadlineIn(10s));
+//
+//   absl::StatusOr<std::unique_ptr<Connection>> connection =
+//       Connect(client_context, "10.0.0.1:18515", options);
+//
+// The Listener runs every pending handshake at once on non-blocking sockets:
+// a peer that sends one byte and goes silent, or a flood of half-open TCP
+// connections, costs each at most `handshake_timeout` and never delays the
+// others. The oldest pending handshake is dropped when more than
+// `max_pending_handshakes` are open. A bad handshake (wrong magic, version
+// or token, a truncated or oversized frame, absurd values) is answered with a
+// REJECT saying why, the socket is closed, and Accept() goes on serving; the
+// Listener's stats() count each outcome.
+//
+// Errors of Connect(): kFailedPrecondition when the server rejects (with its
+// reason), kDeadlineExceeded when the handshake does not finish within
+// `handshake_timeout`, kUnavailable when the server cannot be reached or
+// goes away, kInvalidArgument for a malformed reply, and the verbs error when
+// the QP cannot be created or brought up.
+//
+// Thread-safety: Connect() is thread-safe. A Listener is thread-compatible:
+// call Accept() from one thread at a time; stats() and address() from any.
+// Ownership: connections outlive the Listener that accepted them; all must
+// be destroyed before the Context.
+
+#ifndef RDMA_TRANSPORT_TRANSPORT_LISTENER_H_
+#define RDMA_TRANSPORT_TRANSPORT_LISTENER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transport/connection.h"
+#include "transport/context.h"
+#include "transport/deadline.h"
+#include "transport/tcp.h"
+
+namespace rdma_transport {
+
+absl::StatusOr<std::unique_ptr<Connection>> Connect(
+    const Context& context, std::string_view address,
+    const ConnectionOptions& options = {});
+
+struct ListenerOptions {
+  size_t max_pending_handshakes = 64;
+  int backlog = 128;
+};
+
+struct ListenerStats {
+  uint64_t accepted = 0;
+  uint64_t rejected = 0;   // bad handshakes, answered with REJECT
+  uint64_t timed_out = 0;  // silent past handshake_timeout
+  uint64_t dropped = 0;    // evicted by max_pending_handshakes
+  uint64_t abandoned = 0;  // the client went away mid-handshake
+  std::string last_failure;
+};
+
+class Listener {
+ public:
+  // `address` is "host:port"; port 0 picks a free port (see address()).
+  static absl::StatusOr<std::unique_ptr<Listener>> Create(
+      const Context& context, std::string_view address,
+      const ConnectionOptions& options = {},
+      const ListenerOptions& listener_options = {});
+
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  ~Listener();
+
+  // The bound address, "ip:port".
+  const std::string& address() const { return address_; }
+
+  // The next established connection; kDeadlineExceeded if none by then.
+  absl::StatusOr<std::unique_ptr<Connection>> Accept(
+      Deadline deadline = kNoDeadline);
+
+  ListenerStats stats() const;
+
+ private:
+  struct Pending;
+
+  Listener(const Context& context, const ConnectionOptions& options,
+           const ListenerOptions& listener_options);
+
+  void AcceptNewSockets();
+  // Advances one handshake; returns a connection when it completes.
+  std::unique_ptr<Connection> Advance(Pending& pending);
+  void Reject(Pending& pending, const std::string& reason);
+  void Forget(Pending& pending, uint64_t ListenerStats::*counter,
+              const std::string& reason);
+
+  const Context& context_;
+  const ConnectionOptions options_;
+  const ListenerOptions listener_options_;
+  Socket socket_;
+  std::string address_;
+  std::deque<std::unique_ptr<Pending>> pending_;
+
+  mutable std::mutex stats_mu_;
+  ListenerStats stats_;
+};
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_TRANSPORT_LISTENER_H_

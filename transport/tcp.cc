@@ -1,0 +1,268 @@
+#include "transport/tcp.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+absl::Status ErrnoError(std::string_view call, int error) {
+  return VerbsError(call, error);  // same shape: call, text, errno payload
+}
+
+// Waits until `fd` has `events`; kDeadlineExceeded when the deadline passes.
+absl::Status WaitFor(int fd, short events, Deadline deadline,
+                     std::string_view what) {
+  while (true) {
+    pollfd entry = {fd, events, 0};
+    int ready = poll(&entry, 1, PollTimeoutMs(deadline));
+    if (ready > 0) return absl::OkStatus();
+    if (ready == 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("timed out ", std::string(what)));
+    }
+    if (errno != EINTR) return ErrnoError("poll", errno);
+  }
+}
+
+}  // namespace
+
+Socket& Socket::operator=(Socket&& other) noexcept {
+  if (this != &other) {
+    Close();
+    fd_ = other.Release();
+  }
+  return *this;
+}
+
+int Socket::Release() { return std::exchange(fd_, -1); }
+
+void Socket::Close() {
+  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+}
+
+absl::StatusOr<SocketAddress> ResolveTcpAddress(std::string_view host_port) {
+  std::string host;
+  std::string_view port_text;
+  if (!host_port.empty() && host_port.front() == '[') {
+    size_t close = host_port.find(']');
+    if (close == std::string_view::npos || close + 1 >= host_port.size() ||
+        host_port[close + 1] != ':') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address \"", std::string(host_port),
+                       "\" is not of the form [ipv6]:port"));
+    }
+    host = std::string(host_port.substr(1, close - 1));
+    port_text = host_port.substr(close + 2);
+  } else {
+    size_t colon = host_port.rfind(':');
+    if (colon == std::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("address \"", std::string(host_port),
+                       "\" has no port (expected host:port)"));
+    }
+    host = std::string(host_port.substr(0, colon));
+    port_text = host_port.substr(colon + 1);
+  }
+  uint32_t port = 0;
+  if (port_text.empty() ||
+      port_text.find_first_not_of("0123456789") != std::string_view::npos ||
+      !absl::SimpleAtoi(std::string(port_text), &port) || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", std::string(host_port), "\" has port \"",
+                     std::string(port_text), "\", expected 0..65535"));
+  }
+
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  const char* node = host.c_str();
+  if (host.empty() || host == "*") {
+    node = nullptr;
+    hints.ai_flags |= AI_PASSIVE;
+    hints.ai_family = AF_INET;
+  }
+  addrinfo* results = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = getaddrinfo(node, service.c_str(), &hints, &results);
+  if (rc != 0 || results == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot resolve \"", host, "\": ", gai_strerror(rc)));
+  }
+  SocketAddress address;
+  std::memcpy(&address.storage, results->ai_addr, results->ai_addrlen);
+  address.length = results->ai_addrlen;
+  freeaddrinfo(results);
+  return address;
+}
+
+std::string FormatSocketAddress(const SocketAddress& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.storage.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address.storage);
+    inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+    return absl::StrCat(text, ":", ntohs(v4->sin_port));
+  }
+  if (address.storage.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address.storage);
+    inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+    return absl::StrCat("[", text, "]:", ntohs(v6->sin6_port));
+  }
+  return "<unknown address family>";
+}
+
+absl::StatusOr<Socket> TcpConnect(const SocketAddress& address,
+                                  Deadline deadline) {
+  Socket socket(::socket(address.storage.ss_family,
+                         SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!socket.valid()) return ErrnoError("socket", errno);
+  int one = 1;
+  setsockopt(socket.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const std::string peer = FormatSocketAddress(address);
+  if (::connect(socket.fd(),
+                reinterpret_cast<const sockaddr*>(&address.storage),
+                address.length) != 0) {
+    if (errno != EINPROGRESS) {
+      return absl::UnavailableError(
+          absl::StrCat("connecting to ", peer, ": ", std::strerror(errno)));
+    }
+    if (absl::Status status = WaitFor(socket.fd(), POLLOUT, deadline,
+                                      absl::StrCat("connecting to ", peer));
+        !status.ok()) {
+      return status;
+    }
+    int error = 0;
+    socklen_t length = sizeof(error);
+    getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &error, &length);
+    if (error != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("connecting to ", peer, ": ", std::strerror(error)));
+    }
+  }
+  return socket;
+}
+
+absl::StatusOr<Socket> TcpListen(const SocketAddress& address, int backlog) {
+  Socket socket(::socket(address.storage.ss_family,
+                         SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!socket.valid()) return ErrnoError("socket", errno);
+  int one = 1;
+  setsockopt(socket.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(socket.fd(), reinterpret_cast<const sockaddr*>(&address.storage),
+             address.length) != 0) {
+    return WithContext(
+        ErrnoError("bind", errno),
+        absl::StrCat("listening on ", FormatSocketAddress(address)));
+  }
+  if (::listen(socket.fd(), backlog) != 0) return ErrnoError("listen", errno);
+  return socket;
+}
+
+absl::StatusOr<SocketAddress> LocalAddress(int fd) {
+  SocketAddress address;
+  address.length = sizeof(address.storage);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address.storage),
+                  &address.length) != 0) {
+    return ErrnoError("getsockname", errno);
+  }
+  return address;
+}
+
+absl::StatusOr<SocketAddress> PeerAddress(int fd) {
+  SocketAddress address;
+  address.length = sizeof(address.storage);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address.storage),
+                  &address.length) != 0) {
+    return ErrnoError("getpeername", errno);
+  }
+  return address;
+}
+
+absl::Status WriteAll(int fd, std::span<const uint8_t> bytes,
+                      Deadline deadline) {
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + written, bytes.size() - written,
+                       MSG_NOSIGNAL);
+    if (n > 0) {
+      written += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (absl::Status status =
+              WaitFor(fd, POLLOUT, deadline,
+                      absl::StrCat("writing (", written, " of ", bytes.size(),
+                                   " bytes written)"));
+          !status.ok()) {
+        return status;
+      }
+      continue;
+    }
+    return absl::UnavailableError(
+        absl::StrCat("peer went away while writing (", written, " of ",
+                     bytes.size(), " bytes written): ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadExact(int fd, std::span<uint8_t> out, Deadline deadline) {
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = ::recv(fd, out.data() + got, out.size() - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("peer closed the connection after ", got, " of ",
+                       out.size(), " bytes"));
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (absl::Status status =
+              WaitFor(fd, POLLIN, deadline,
+                      absl::StrCat("reading (", got, " of ", out.size(),
+                                   " bytes received)"));
+          !status.ok()) {
+        return status;
+      }
+      continue;
+    }
+    return absl::UnavailableError(
+        absl::StrCat("reading from peer failed after ", got, " of ", out.size(),
+                     " bytes: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> ReadAvailable(int fd, std::span<uint8_t> out) {
+  while (true) {
+    ssize_t n = ::recv(fd, out.data(), out.size(), 0);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n == 0) {
+      return absl::UnavailableError("peer closed the connection");
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return size_t{0};
+    return absl::UnavailableError(
+        absl::StrCat("reading from peer failed: ", std::strerror(errno)));
+  }
+}
+
+}  // namespace rdma_transport

@@ -1,5 +1,7 @@
 #include "tests/e2e_fixture.h"
 
+#include <algorithm>
+#include <cstring>
 #include <future>
 #include <thread>
 #include <vector>
@@ -80,20 +82,30 @@ size_t MessageLength(uint64_t stream, uint64_t seq, size_t max_length) {
 
 void FillMessage(uint64_t stream, uint64_t seq, std::span<std::byte> out) {
   uint64_t state = Mix(stream ^ (seq << 20));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (i % 8 == 0) state = Mix(state);
-    out[i] = static_cast<std::byte>(state >> (8 * (i % 8)));
+  std::byte* data = out.data();
+  const size_t size = out.size();
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    state = Mix(state);
+    std::memcpy(data + i, &state, 8);
+  }
+  if (i < size) {
+    state = Mix(state);
+    std::memcpy(data + i, &state, size - i);
   }
 }
 
 std::string CheckMessage(uint64_t stream, uint64_t seq,
                          std::span<const std::byte> message) {
-  std::vector<std::byte> expected(message.size());
-  FillMessage(stream, seq, expected);
-  for (size_t i = 0; i < message.size(); ++i) {
-    if (message[i] != expected[i]) {
-      return absl::StrCat("stream ", stream, " message ", seq, " (",
-                          message.size(), " bytes) differs at byte ", i);
+  uint64_t state = Mix(stream ^ (seq << 20));
+  const std::byte* data = message.data();
+  const size_t size = message.size();
+  for (size_t i = 0; i < size; i += 8) {
+    state = Mix(state);
+    const size_t n = std::min<size_t>(8, size - i);
+    if (std::memcmp(data + i, &state, n) != 0) {
+      return absl::StrCat("stream ", stream, " message ", seq, " (", size,
+                          " bytes) differs in bytes ", i, "..", i + n - 1);
     }
   }
   return "";

@@ -29,25 +29,50 @@ absl::StatusOr<ResolvedTarget> Resolve(const FabricCore& core,
   return resolved;
 }
 
+using CallFault = internal::FaultPlan::CallFault;
+
+CallFault MakeCallFault(int error, int times, std::string_view device) {
+  CallFault fault;
+  fault.error = error;
+  fault.times = times;
+  fault.device = std::string(device);
+  return fault;
+}
+
 }  // namespace
 
-void FaultInjector::RefuseCreateQp(const CreateQpFault& fault) {
+void FaultInjector::RefuseCreateQp(int error, int times,
+                                   std::string_view device) {
   std::lock_guard<std::mutex> lock(core_->mu);
+  core_->faults.create_qp.push_back(MakeCallFault(error, times, device));
+}
+
+void FaultInjector::RefuseCreateQpAboveInline(uint32_t max_inline_data,
+                                              int error, int times,
+                                              std::string_view device) {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  CallFault fault = MakeCallFault(error, times, device);
+  fault.when_inline_above = max_inline_data;
   core_->faults.create_qp.push_back(fault);
 }
 
-void FaultInjector::FailRegMr(const CallFault& fault) {
+void FaultInjector::FailRegMr(int error, int times, std::string_view device) {
   std::lock_guard<std::mutex> lock(core_->mu);
-  core_->faults.reg_mr.push_back(fault);
+  core_->faults.reg_mr.push_back(MakeCallFault(error, times, device));
 }
 
-void FaultInjector::FailCreateCq(const CallFault& fault) {
+void FaultInjector::FailCreateCq(int error, int times,
+                                 std::string_view device) {
   std::lock_guard<std::mutex> lock(core_->mu);
-  core_->faults.create_cq.push_back(fault);
+  core_->faults.create_cq.push_back(MakeCallFault(error, times, device));
 }
 
-void FaultInjector::FailModifyQp(const ModifyQpFault& fault) {
+void FaultInjector::FailModifyQp(ibv_qp_state from, ibv_qp_state to, int error,
+                                 int times, std::string_view device) {
   std::lock_guard<std::mutex> lock(core_->mu);
+  CallFault fault = MakeCallFault(error, times, device);
+  fault.from = from;
+  fault.to = to;
   core_->faults.modify_qp.push_back(fault);
 }
 

@@ -6,11 +6,10 @@
 //
 //   Fabric fabric;
 //   ...
-//   // The next ibv_create_qp asking for more than 64 inline bytes fails.
-//   fabric.faults().RefuseCreateQp({.error = EINVAL, .when_inline_above = 64});
+//   // ibv_create_qp asking for more than 64 inline bytes fails with EINVAL.
+//   fabric.faults().RefuseCreateQpAboveInline(64, EINVAL);
 //   // The next INIT->RTR transition on any device fails with ETIMEDOUT.
-//   fabric.faults().FailModifyQp(
-//       {.from = IBV_QPS_INIT, .to = IBV_QPS_RTR, .error = ETIMEDOUT});
+//   fabric.faults().FailModifyQp(IBV_QPS_INIT, IBV_QPS_RTR, ETIMEDOUT);
 //   // The next two packets to QP 0x101 are lost (and retransmitted).
 //   fabric.faults().DropPackets(FaultTarget::Qp(0x101), 2);
 //   // Peer death: QPs on sim_cx6_1 go to ERR; traffic to it times out.
@@ -18,8 +17,9 @@
 //
 // Control-path faults make the verbs call fail with the given errno, as
 // VerbsError("ibv_xxx", errno) with a detail naming the injected fault; they
-// fire `times` times (kEveryTime: until Clear()). Data-path faults act on the
-// packets and work requests of the QPs their `FaultTarget` selects.
+// fire `times` times (kEveryTime: until Clear()), first armed first served.
+// Data-path faults act on the packets and work requests of the QPs their
+// `FaultTarget` selects.
 //
 // Thread-safe: every method takes the fabric's lock. Owned by its Fabric.
 
@@ -59,42 +59,29 @@ struct FaultTarget {
   std::optional<uint32_t> qp_num;  // nullopt: any QP (of `device`).
 };
 
-// ibv_create_qp fails with `error`; only for requests asking for more than
-// `when_inline_above` inline bytes when that is set.
-struct CreateQpFault {
-  int error = EINVAL;
-  std::optional<uint32_t> when_inline_above;
-  int times = kEveryTime;
-  std::string device;  // Empty: any device.
-};
-
-// A call (ibv_reg_mr, ibv_create_cq) fails with `error`.
-struct CallFault {
-  int error = ENOMEM;
-  int times = 1;
-  std::string device;  // Empty: any device.
-};
-
-// ibv_modify_qp fails with `error` when it would move a QP from `from` to
-// `to` (after the request passed verbs' own validation).
-struct ModifyQpFault {
-  ibv_qp_state from = IBV_QPS_INIT;
-  ibv_qp_state to = IBV_QPS_RTR;
-  int error = EINVAL;
-  int times = 1;
-  std::string device;  // Empty: any device.
-};
-
 class FaultInjector {
  public:
   FaultInjector(const FaultInjector&) = delete;
   FaultInjector& operator=(const FaultInjector&) = delete;
 
   // --- Control path ---
-  void RefuseCreateQp(const CreateQpFault& fault);
-  void FailRegMr(const CallFault& fault);
-  void FailCreateCq(const CallFault& fault);
-  void FailModifyQp(const ModifyQpFault& fault);
+  // Each fault fires `times` times (kEveryTime: until Clear()) on `device`
+  // (empty: any device), failing the call with `error`.
+
+  // ibv_create_qp fails.
+  void RefuseCreateQp(int error, int times = kEveryTime,
+                      std::string_view device = {});
+  // ibv_create_qp fails for requests asking for more than `max_inline_data`
+  // inline bytes (a NIC with a lower inline limit than its profile says).
+  void RefuseCreateQpAboveInline(uint32_t max_inline_data, int error = EINVAL,
+                                 int times = kEveryTime,
+                                 std::string_view device = {});
+  void FailRegMr(int error, int times = 1, std::string_view device = {});
+  void FailCreateCq(int error, int times = 1, std::string_view device = {});
+  // ibv_modify_qp fails when it would move a QP from `from` to `to` (after
+  // verbs' own validation of the request passed).
+  void FailModifyQp(ibv_qp_state from, ibv_qp_state to, int error,
+                    int times = 1, std::string_view device = {});
 
   // --- Data path ---
 

@@ -22,6 +22,7 @@
 namespace rdma_transport::sim {
 namespace {
 
+using CallFault = internal::FaultPlan::CallFault;
 using internal::AsyncEventTarget;
 using internal::Device;
 using internal::FabricCore;
@@ -41,8 +42,8 @@ absl::Status UnknownHandle(std::string_view call, std::string_view kind) {
 
 // Fires the first matching control-path fault: returns its errno, after
 // counting it down.
-template <typename Fault, typename Matches>
-std::optional<int> ConsumeCallFault(std::vector<Fault>& faults,
+template <typename Matches>
+std::optional<int> ConsumeCallFault(std::vector<CallFault>& faults,
                                     const Device& device, Matches matches) {
   for (auto it = faults.begin(); it != faults.end(); ++it) {
     if (!it->device.empty() && it->device != device.name) continue;
@@ -660,12 +661,11 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
                       absl::StrCat(device.name, " is dead (injected)"));
   }
   const uint32_t asked_inline = init_attr->cap.max_inline_data;
-  if (std::optional<int> error =
-          ConsumeCallFault(core.faults.create_qp, device,
-                           [asked_inline](const CreateQpFault& f) {
-                             return !f.when_inline_above.has_value() ||
-                                    asked_inline > *f.when_inline_above;
-                           })) {
+  if (std::optional<int> error = ConsumeCallFault(
+          core.faults.create_qp, device, [asked_inline](const CallFault& f) {
+            return !f.when_inline_above.has_value() ||
+                   asked_inline > *f.when_inline_above;
+          })) {
     return InjectedError("ibv_create_qp", *error);
   }
   absl::StatusOr<ibv_qp_cap> granted =
@@ -761,7 +761,7 @@ absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
                       absl::StrCat(device.name, " is dead (injected)"));
   }
   if (std::optional<int> error = ConsumeCallFault(
-          core.faults.modify_qp, device, [from, to](const ModifyQpFault& f) {
+          core.faults.modify_qp, device, [from, to](const CallFault& f) {
             return f.from == from && f.to == to;
           })) {
     return InjectedError("ibv_modify_qp", *error);

@@ -289,6 +289,17 @@ struct ResolvedTarget {
 };
 
 struct FaultPlan {
+  // A control-path call fails with `error` on `device` (empty: any).
+  struct CallFault {
+    int error = 0;
+    int times = 1;  // kEveryTime: forever.
+    std::string device;
+    // CreateQp only: fires only for requests above this inline size.
+    std::optional<uint32_t> when_inline_above;
+    // ModifyQp only: the transition it fires on.
+    ibv_qp_state from = IBV_QPS_RESET;
+    ibv_qp_state to = IBV_QPS_RESET;
+  };
   struct CompletionFault {
     ResolvedTarget target;
     ibv_wc_status status;
@@ -302,10 +313,10 @@ struct FaultPlan {
     ResolvedTarget target;
     Nanos delay;
   };
-  std::vector<CreateQpFault> create_qp;
+  std::vector<CallFault> create_qp;
   std::vector<CallFault> reg_mr;
   std::vector<CallFault> create_cq;
-  std::vector<ModifyQpFault> modify_qp;
+  std::vector<CallFault> modify_qp;
   std::vector<CompletionFault> completions;
   std::vector<DropFault> drops;
   std::vector<DelayFault> delays;

@@ -101,7 +101,7 @@ for signal in INT TERM HUP; do
   trap "on_signal $signal" "$signal"
 done
 
-for tool in qemu-system-x86_64 setsid setpriv cpio gzip tar; do
+for tool in qemu-system-x86_64 setsid setpriv cpio tar truncate; do
   command -v "$tool" >/dev/null || infra_fail "$tool not found (run ci/install_deps.sh vm)"
 done
 mkdir -p "$out_dir" || usage_error "cannot create --out-dir $out_dir"

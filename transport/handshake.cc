@@ -15,7 +15,7 @@ namespace {
 // The HELLO / ACCEPT body before the token: every field the header's table
 // lists, qp_num through the reserved u16 after token_len. The token bytes
 // follow this fixed part, so every field sits at a fixed offset.
-constexpr size_t kEndpointFieldsSize = 44;
+constexpr size_t kEndpointFieldsSize = kEndpointBodySize;
 // The REJECT body before the reason: reason_len.
 constexpr size_t kReasonLengthSize = 2;
 constexpr uint32_t kMaxQpNum = 0xFFFFFF;

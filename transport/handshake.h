@@ -11,7 +11,7 @@
 //                   3 READY (client -> server), 4 REJECT (either way)
 //     flags    u8   0
 //     length   u32  length of the body that follows, <= kMaxHandshakeBody
-//   HELLO / ACCEPT body (40 bytes + token)
+//   HELLO / ACCEPT body (kEndpointBodySize = 44 fixed bytes, then the token)
 //     qp_num      u32  1..0xFFFFFF
 //     psn         u32  0..0xFFFFFF
 //     gid         16 bytes
@@ -21,10 +21,11 @@
 //     mtu         u16  256, 512, 1024, 2048 or 4096
 //     reserved    u16  0
 //     recv_slots  u32  kMinRecvSlots..kMaxRecvSlots: receive WRs posted
-//     slot_size   u32  0..kMaxSlotSize: largest message a slot holds
-//     token_len   u16  0..kMaxTokenLength, then the token bytes (HELLO only;
-//                      ACCEPT carries 0)
+//     slot_size   u32  0..kMaxSlotSize: largest message a slot holds (0: only
+//                      empty messages)
+//     token_len   u16  0..kMaxTokenLength (HELLO only; ACCEPT carries 0)
 //     reserved    u16  0
+//     token       token_len bytes, arbitrary binary
 //   READY body: empty.
 //   REJECT body: reason_len u16 (1..kMaxReasonLength), then the reason, in
 //     printable ASCII.
@@ -34,12 +35,20 @@
 // REJECT and closes); the client brings its QP to RTS, posts its receives and
 // sends READY, after which both may send.
 //
+// A REJECT is always sent with a version-1 header, so a peer speaking a newer
+// version can still read why it was refused.
+//
 // Decoding is strict: wrong magic or version, an unknown type, non-zero
 // flags or reserved fields, a body longer than kMaxHandshakeBody, a body
 // whose length is not exactly what its fields need, truncated input, and any
 // value out of its range fail with kInvalidArgument naming the field and the
-// value. Functions are stateless and thread-safe; decoding never reads out
-// of `bytes`.
+// value. DecodeHandshakeHeader already checks the body length its type allows
+// (READY 0, ACCEPT 44, HELLO 44..300, REJECT 3..514), so a stream reader
+// refuses an absurd length before waiting for the body. EncodeHandshake
+// ignores the fields a type does not carry (the endpoint of READY and
+// REJECT) and refuses a token on anything but HELLO or a reason on anything
+// but REJECT, which would otherwise be dropped silently. Functions are
+// stateless and thread-safe; decoding never reads out of `bytes`.
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_HANDSHAKE_H_
 #define RDMA_TRANSPORT_TRANSPORT_HANDSHAKE_H_
@@ -59,6 +68,7 @@ namespace rdma_transport {
 inline constexpr uint32_t kHandshakeMagic = 0x52445450;  // "RDTP"
 inline constexpr uint16_t kHandshakeVersion = 1;
 inline constexpr size_t kHandshakeHeaderSize = 12;
+inline constexpr size_t kEndpointBodySize = 44;
 inline constexpr size_t kMaxHandshakeBody = 1024;
 inline constexpr size_t kMaxTokenLength = 256;
 inline constexpr size_t kMaxReasonLength = 512;

@@ -1,6 +1,6 @@
 // The end-to-end suite's simulated backend: two NICs of one profile on a
-// fresh fabric per test. RDMA_SIM_PROFILE picks the profile (cx6, cx7, e810,
-// x722, erdma, rxe; default cx7).
+// fresh fabric per test. RDMA_SIM_PROFILE picks the profile by its short
+// name (sim/profile_names.h; default cx7).
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -9,25 +9,21 @@
 #include "absl/strings/str_cat.h"
 #include "sim/device_profile.h"
 #include "sim/fabric.h"
+#include "sim/profile_names.h"
 #include "sim/sim_verbs.h"
 #include "tests/test_backend.h"
 #include "transport/connection.h"
+#include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
 namespace {
 
 absl::StatusOr<sim::DeviceProfile> ProfileFromEnvironment() {
   const char* name = std::getenv("RDMA_SIM_PROFILE");
-  const std::string profile = name != nullptr ? name : "cx7";
-  if (profile == "cx6") return sim::ConnectX6();
-  if (profile == "cx7") return sim::ConnectX7();
-  if (profile == "e810") return sim::IntelE810();
-  if (profile == "x722") return sim::IntelX722();
-  if (profile == "erdma") return sim::AlibabaErdma();
-  if (profile == "rxe") return sim::SoftRoce();
-  return absl::InvalidArgumentError(
-      absl::StrCat("RDMA_SIM_PROFILE=\"", profile,
-                   "\" is not one of cx6, cx7, e810, x722, erdma, rxe"));
+  absl::StatusOr<sim::DeviceProfile> profile =
+      sim::ProfileByName(name != nullptr ? name : "cx7");
+  if (!profile.ok()) return WithContext(profile.status(), "RDMA_SIM_PROFILE");
+  return profile;
 }
 
 class SimBackend final : public TestBackend {

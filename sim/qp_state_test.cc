@@ -184,7 +184,10 @@ TEST_F(QpStateTest, IllegalTransitionsAreEinval) {
         << QpStateName(c.from) << "->" << QpStateName(c.to);
     EXPECT_EQ(a_->qp()->state, c.from);
   }
-  Modify bogus = ToState(static_cast<ibv_qp_state>(42));
+  // Garbage in an enum field, as C callers can leave it.
+  Modify bogus = ToState(IBV_QPS_RTS);
+  const int garbage = 42;
+  std::memcpy(&bogus.attr.qp_state, &garbage, sizeof(garbage));
   EXPECT_ERRNO(Apply(bogus), EINVAL);
 }
 
@@ -260,9 +263,11 @@ TEST_F(QpStateTest, AttributeValuesAreValidated) {
                EINVAL);
   EXPECT_ERRNO(rtr_with([](ibv_qp_attr& a) { a.max_dest_rd_atomic = 17; }),
                EINVAL);
-  EXPECT_ERRNO(
-      rtr_with([](ibv_qp_attr& a) { a.path_mtu = static_cast<ibv_mtu>(9); }),
-      EINVAL);
+  EXPECT_ERRNO(rtr_with([](ibv_qp_attr& a) {
+                 const int garbage = 9;
+                 std::memcpy(&a.path_mtu, &garbage, sizeof(garbage));
+               }),
+               EINVAL);
   EXPECT_ERRNO(rtr_with([](ibv_qp_attr& a) { a.ah_attr.is_global = 0; }),
                EINVAL);
   EXPECT_ERRNO(rtr_with([](ibv_qp_attr& a) { a.ah_attr.grh.sgid_index = 5; }),

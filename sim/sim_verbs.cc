@@ -27,6 +27,7 @@ using internal::AsyncEventTarget;
 using internal::Device;
 using internal::FabricCore;
 using internal::PendingAsyncEvent;
+using internal::RawEnum;
 using internal::SimChannel;
 using internal::SimContext;
 using internal::SimCq;
@@ -120,12 +121,17 @@ absl::Status ValidateQpAttributes(const SimQp& qp, const ibv_qp_attr& attr,
     }
   }
   if (mask & IBV_QP_PATH_MTU) {
-    const int bytes = MtuBytes(attr.path_mtu);
-    if (bytes == 0 || attr.path_mtu > profile.active_mtu) {
-      return refuse(absl::StrCat("path_mtu ", static_cast<int>(attr.path_mtu),
+    const int path_mtu = RawEnum(attr.path_mtu);
+    if (path_mtu < IBV_MTU_256 || path_mtu > profile.active_mtu) {
+      return refuse(absl::StrCat("path_mtu ", path_mtu,
                                  " invalid or above the port's active MTU ",
                                  MtuBytes(profile.active_mtu)));
     }
+  }
+  if ((mask & IBV_QP_PATH_MIG_STATE) &&
+      (RawEnum(attr.path_mig_state) < IBV_MIG_MIGRATED ||
+       RawEnum(attr.path_mig_state) > IBV_MIG_ARMED)) {
+    return refuse("path_mig_state invalid");
   }
   if ((mask & IBV_QP_DEST_QPN) && attr.dest_qp_num > 0xFFFFFF) {
     return refuse(absl::StrCat("dest_qp_num ", attr.dest_qp_num,
@@ -639,7 +645,7 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
   if (init_attr == nullptr) return VerbsError("ibv_create_qp", EINVAL);
   SimContext* context = sim_pd->context;
   Device& device = *context->device;
-  if (init_attr->qp_type != IBV_QPT_RC) {
+  if (RawEnum(init_attr->qp_type) != IBV_QPT_RC) {
     return VerbsError("ibv_create_qp", EOPNOTSUPP,
                       "the simulator implements RC QPs only");
   }
@@ -722,17 +728,20 @@ absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (sim == nullptr) return UnknownHandle("ibv_modify_qp", "QP");
   if (attr == nullptr) return VerbsError("ibv_modify_qp", EINVAL);
   const ibv_qp_state from = sim->state;
-  const ibv_qp_state to = (attr_mask & IBV_QP_STATE) ? attr->qp_state : from;
-  if (to < IBV_QPS_RESET || to > IBV_QPS_ERR) {
+  const int requested = (attr_mask & IBV_QP_STATE) ? RawEnum(attr->qp_state)
+                                                   : static_cast<int>(from);
+  if (requested < IBV_QPS_RESET || requested > IBV_QPS_ERR) {
     return VerbsError("ibv_modify_qp", EINVAL,
-                      absl::StrCat("qp_state ", static_cast<int>(to)));
+                      absl::StrCat("qp_state ", requested));
   }
+  const auto to = static_cast<ibv_qp_state>(requested);
   const std::string move =
       absl::StrCat(QpStateName(from), "->", QpStateName(to));
-  if ((attr_mask & IBV_QP_CUR_STATE) && attr->cur_qp_state != from) {
-    return VerbsError("ibv_modify_qp", EINVAL,
-                      absl::StrCat(move, ": cur_qp_state is ",
-                                   QpStateName(attr->cur_qp_state)));
+  if ((attr_mask & IBV_QP_CUR_STATE) &&
+      RawEnum(attr->cur_qp_state) != static_cast<int>(from)) {
+    return VerbsError(
+        "ibv_modify_qp", EINVAL,
+        absl::StrCat(move, ": cur_qp_state is ", RawEnum(attr->cur_qp_state)));
   }
   const internal::QpTransition rule = internal::RcQpTransition(from, to);
   if (!rule.legal) {

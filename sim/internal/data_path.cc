@@ -51,8 +51,10 @@ bool CarriesPayload(ibv_wr_opcode opcode) {
          opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
-bool IsSupportedOpcode(ibv_wr_opcode opcode) {
-  return CarriesPayload(opcode) || opcode == IBV_WR_RDMA_READ;
+bool IsSupportedOpcode(int opcode) {
+  return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
+         opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+         opcode == IBV_WR_RDMA_READ;
 }
 
 ibv_wc_opcode SendCompletionOpcode(ibv_wr_opcode opcode) {
@@ -95,9 +97,12 @@ absl::Status FabricCore::PostSendLocked(SimQp& qp, ibv_send_wr* wr,
                                            QpStateName(qp.state)));
       break;
     }
-    if (!IsSupportedOpcode(wr->opcode)) {
-      status = refuse(EINVAL, absl::StrCat("opcode ", WrOpcodeName(wr->opcode),
-                                           " is not simulated"));
+    if (const int opcode = RawEnum(wr->opcode); !IsSupportedOpcode(opcode)) {
+      const char* name = opcode >= 0 && opcode <= IBV_WR_DRIVER1
+                             ? WrOpcodeName(static_cast<ibv_wr_opcode>(opcode))
+                             : "unknown";
+      status = refuse(EINVAL, absl::StrCat("opcode ", opcode, " (", name,
+                                           ") is not simulated"));
       break;
     }
     if (wr->num_sge < 0 ||

@@ -30,12 +30,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -49,6 +51,15 @@
 namespace rdma_transport::sim::internal {
 
 using Nanos = std::chrono::nanoseconds;
+
+// The integer in a verbs enum field a caller filled, read without assuming it
+// holds a valid enumerator (loading an out-of-range enum is undefined).
+template <typename Enum>
+int RawEnum(const Enum& field) {
+  std::underlying_type_t<Enum> raw;
+  std::memcpy(&raw, &field, sizeof(raw));
+  return static_cast<int>(raw);
+}
 
 struct SimContext;
 struct SimMr;

@@ -622,9 +622,6 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
 
 absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
                                       bool is_write) const {
-  const uint64_t max_message = context_.port_attr().max_msg_sz > 0
-                                   ? context_.port_attr().max_msg_sz
-                                   : (1ull << 31);
   for (size_t i = 0; i < ops.size(); ++i) {
     const RdmaOp& op = ops[i];
     const std::string which = absl::StrCat(
@@ -644,11 +641,6 @@ absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
           "the local region was registered without kLocalWrite, so "
           "the NIC may not write the data read into it"));
     }
-    if (op.length > max_message) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(which, op.length, " bytes exceed the port's max_msg_sz ",
-                       max_message, "; split it"));
-    }
     if (op.remote_offset > op.remote.length ||
         op.length > op.remote.length - op.remote_offset) {
       return absl::OutOfRangeError(
@@ -663,52 +655,65 @@ absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
 absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
                                     std::span<const RdmaOp> ops,
                                     bool is_write) {
-  size_t done = 0;
-  while (done < ops.size()) {
-    const uint32_t batch = static_cast<uint32_t>(
-        std::min<size_t>(ops.size() - done, options_.max_rdma_batch));
+  // An op longer than the port's max_msg_sz (8 MiB on rxe) goes as several
+  // work requests: pieces of at most `max_piece` bytes.
+  const uint64_t port_limit = context_.port_attr().max_msg_sz;
+  const uint64_t max_piece = std::min<uint64_t>(
+      port_limit > 0 ? port_limit : (1ull << 31), 1ull << 30);
+  size_t op_index = 0;
+  uint64_t op_offset = 0;  // bytes of ops[op_index] already posted
+  while (op_index < ops.size()) {
+    // Lay out the next batch of pieces.
+    uint32_t batch = 0;
+    uint32_t ops_finished = 0;
+    while (batch < options_.max_rdma_batch && op_index < ops.size()) {
+      const RdmaOp& op = ops[op_index];
+      const uint64_t length = std::min(op.length - op_offset, max_piece);
+      ibv_sge& sge = rdma_sges_[batch];
+      sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset +
+                                            op_offset);
+      sge.length = static_cast<uint32_t>(length);
+      sge.lkey = op.local->lkey();
+      ibv_send_wr& wr = rdma_wrs_[batch];
+      wr = ibv_send_wr{};
+      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, 0);
+      wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+      wr.sg_list = &sge;
+      wr.num_sge = length > 0 ? 1 : 0;
+      wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset + op_offset;
+      wr.wr.rdma.rkey = op.remote.rkey;
+      if (is_write && ShouldSendInline(static_cast<uint32_t>(length),
+                                       inline_.usable_inline)) {
+        wr.send_flags |= IBV_SEND_INLINE;
+      }
+      if (batch > 0) rdma_wrs_[batch - 1].next = &wr;
+      ++batch;
+      op_offset += length;
+      if (op_offset >= op.length) {
+        ++op_index;
+        op_offset = 0;
+        ++ops_finished;
+      }
+    }
+    rdma_wrs_[batch - 1].send_flags |= IBV_SEND_SIGNALED;
+
     while (!SqHasRoomLocked(batch)) {
       if (absl::Status status = UsableLocked(); !status.ok()) return status;
       if (!PollOnceLocked(lock)) (void)WaitLocked(lock, kNoDeadline);
     }
     if (absl::Status status = UsableLocked(); !status.ok()) return status;
-    for (uint32_t i = 0; i < batch; ++i) {
-      const RdmaOp& op = ops[done + i];
-      ibv_sge& sge = rdma_sges_[i];
-      sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset);
-      sge.length = static_cast<uint32_t>(op.length);
-      sge.lkey = op.local->lkey();
-      ibv_send_wr& wr = rdma_wrs_[i];
-      wr = ibv_send_wr{};
-      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, 0);
-      wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
-      wr.sg_list = &sge;
-      wr.num_sge = op.length > 0 ? 1 : 0;
-      wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset;
-      wr.wr.rdma.rkey = op.remote.rkey;
-      if (is_write && ShouldSendInline(static_cast<uint32_t>(op.length),
-                                       inline_.usable_inline)) {
-        wr.send_flags |= IBV_SEND_INLINE;
-      }
-      wr.next = i + 1 < batch ? &rdma_wrs_[i + 1] : nullptr;
-      stats_.rdma_bytes += op.length;
-    }
-    rdma_wrs_[batch - 1].send_flags |= IBV_SEND_SIGNALED;
     const uint64_t last_seq = sq_posted_ + batch - 1;
     if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
         !status.ok()) {
       return status;
     }
-    if (is_write) {
-      stats_.rdma_writes += batch;
-    } else {
-      stats_.rdma_reads += batch;
-    }
+    for (uint32_t i = 0; i < batch; ++i)
+      stats_.rdma_bytes += rdma_sges_[i].length;
+    (is_write ? stats_.rdma_writes : stats_.rdma_reads) += ops_finished;
     if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
         !status.ok()) {
       return status;
     }
-    done += batch;
   }
   return absl::OkStatus();
 }

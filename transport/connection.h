@@ -21,9 +21,10 @@
 //
 // One-sided. Write()/Read() post chains of at most `max_rdma_batch` work
 // requests with only the last signalled, wait for that completion, and go
-// on; at most one batch is outstanding. Each remote range is checked against
-// its RemoteRegion before anything is posted, each local range against its
-// MemoryRegion (Read needs kLocalWrite on it).
+// on; at most one batch is outstanding. An op longer than the port's
+// max_msg_sz (8 MiB on rxe) is split into several work requests. Each remote
+// range is checked against its RemoteRegion before anything is posted, each
+// local range against its MemoryRegion (Read needs kLocalWrite on it).
 //
 // Progress. kBusyPoll spins on the completion queue (lowest latency);
 // kEvent sleeps on a completion channel whose fd (event_fd()) may also be put
@@ -109,7 +110,7 @@ struct ConnectionStats {
   uint64_t bytes_received = 0;
   uint64_t credit_messages_sent = 0;
   uint64_t credit_messages_received = 0;
-  uint64_t rdma_writes = 0;
+  uint64_t rdma_writes = 0;  // RdmaOps completed, not work requests
   uint64_t rdma_reads = 0;
   uint64_t rdma_bytes = 0;
   uint64_t keepalives = 0;

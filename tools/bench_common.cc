@@ -1,0 +1,355 @@
+#include "tools/bench_common.h"
+
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "transport/handshake.h"
+#include "transport/listener.h"
+
+namespace rdma_transport {
+namespace {
+
+constexpr char kPlanMagic[] = "RDTPBENCH/1";
+
+absl::StatusOr<std::unique_ptr<Connection>> Dial(
+    Context& context, const std::string& address,
+    const ConnectionOptions& options, Deadline deadline) {
+  // The server may still be starting: retry a refused connection.
+  while (true) {
+    absl::StatusOr<std::unique_ptr<Connection>> connection =
+        Connect(context, address, options);
+    if (connection.ok() || !absl::IsUnavailable(connection.status()) ||
+        Clock::now() + std::chrono::milliseconds(100) >= deadline) {
+      return connection;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+int Failed(const std::string& program, const std::string& what,
+           const absl::Status& status) {
+  std::fprintf(stderr, "%s: error: %s: %s\n", program.c_str(), what.c_str(),
+               status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+void SessionFlags::Register(FlagSet& flags) {
+  flags.Bool("server", &server,
+             "serve one client on --listen, then exit (perftest style)");
+  flags.String("listen", &listen, "server: TCP address of the handshake");
+  flags.String("connect", &connect,
+               "client: the server's handshake address, host:port");
+  flags.Bool("self", &self,
+             "both ends in this process (sim: two NICs on one fabric; "
+             "ibverbs: --device and --peer-device)");
+  flags.Int("timeout", &timeout_s, "seconds any single wait may take");
+  flags.String("csv", &csv, "write the results to this CSV file");
+  flags.String("json", &json, "write the results to this JSON file");
+}
+
+absl::StatusOr<BenchMode> SessionFlags::Mode(
+    const BackendFlags& backend) const {
+  const int chosen =
+      (server ? 1 : 0) + (self ? 1 : 0) + (connect.empty() ? 0 : 1);
+  if (chosen > 1) {
+    return absl::InvalidArgumentError(
+        "choose one of --server, --connect=HOST:PORT and --self");
+  }
+  if (timeout_s <= 0) {
+    return absl::InvalidArgumentError("--timeout must be positive");
+  }
+  if (chosen == 0 && !backend.is_sim()) {
+    return absl::InvalidArgumentError(
+        "on --backend=ibverbs choose --server, --connect=HOST:PORT or --self");
+  }
+  if (backend.is_sim() && (server || !connect.empty())) {
+    return absl::InvalidArgumentError(
+        "a simulated fabric lives in one process: --backend=sim runs both "
+        "ends with --self");
+  }
+  if (server) return BenchMode::kServer;
+  if (!connect.empty()) return BenchMode::kClient;
+  return BenchMode::kSelf;
+}
+
+int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
+             const SessionFlags& session, const ConnectionOptions& options,
+             const BenchRoles& roles) {
+  const Deadline setup_deadline = DeadlineIn(session.timeout());
+  switch (mode) {
+    case BenchMode::kServer: {
+      absl::StatusOr<std::unique_ptr<Listener>> listener =
+          Listener::Create(backend.local(), session.listen, options);
+      if (!listener.ok())
+        return Failed(program, "listening", listener.status());
+      std::printf("waiting for a client on %s (device %s)\n",
+                  (*listener)->address().c_str(),
+                  backend.local().device_name().c_str());
+      std::fflush(stdout);
+      absl::StatusOr<std::unique_ptr<Connection>> connection =
+          (*listener)->Accept(kNoDeadline);
+      if (!connection.ok()) {
+        return Failed(program, "accepting", connection.status());
+      }
+      absl::Status served = roles.server(**connection);
+      if (!served.ok()) return Failed(program, "server", served);
+      return 0;
+    }
+    case BenchMode::kClient: {
+      absl::StatusOr<std::unique_ptr<Connection>> connection =
+          Dial(backend.local(), session.connect, options, setup_deadline);
+      if (!connection.ok()) {
+        return Failed(program, absl::StrCat("connecting to ", session.connect),
+                      connection.status());
+      }
+      absl::Status measured = roles.client(**connection);
+      if (!measured.ok()) return Failed(program, "client", measured);
+      return 0;
+    }
+    case BenchMode::kSelf:
+      break;
+  }
+
+  Context* peer = backend.peer();
+  if (peer == nullptr) {
+    return Failed(program, "--self", absl::FailedPreconditionError("no peer"));
+  }
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      Listener::Create(*peer, "127.0.0.1:0", options);
+  if (!listener.ok()) return Failed(program, "listening", listener.status());
+  auto dial = std::async(std::launch::async, [&] {
+    return Connect(backend.local(), (*listener)->address(), options);
+  });
+  absl::StatusOr<std::unique_ptr<Connection>> server =
+      (*listener)->Accept(setup_deadline);
+  absl::StatusOr<std::unique_ptr<Connection>> client = dial.get();
+  if (!client.ok()) return Failed(program, "connecting", client.status());
+  if (!server.ok()) return Failed(program, "accepting", server.status());
+
+  absl::Status served;
+  std::thread server_thread([&] { served = roles.server(**server); });
+  absl::Status measured = roles.client(**client);
+  if (!measured.ok()) {
+    // Unblock a server still waiting for the client.
+    (void)(*client)->Close(DeadlineIn(std::chrono::seconds(1)));
+  }
+  server_thread.join();
+  int status = 0;
+  if (!measured.ok()) status = Failed(program, "client", measured);
+  if (!served.ok()) status = Failed(program, "server", served);
+  return status;
+}
+
+absl::Status SendText(Connection& connection, const std::string& text,
+                      Deadline deadline) {
+  return connection.Send(
+      std::span<const std::byte>(
+          reinterpret_cast<const std::byte*>(text.data()), text.size()),
+      deadline);
+}
+
+absl::StatusOr<std::string> ReceiveText(Connection& connection,
+                                        std::span<std::byte> scratch,
+                                        Deadline deadline) {
+  absl::StatusOr<size_t> n = connection.Receive(scratch, deadline);
+  if (!n.ok()) return n.status();
+  return std::string(reinterpret_cast<const char*>(scratch.data()), *n);
+}
+
+std::string Plan::Encode() const {
+  std::string text = absl::StrCat(kPlanMagic, " ", test);
+  for (const auto& [key, value] : values) {
+    absl::StrAppend(&text, " ", key, "=", value);
+  }
+  return text;
+}
+
+absl::StatusOr<Plan> Plan::Decode(const std::string& text) {
+  std::vector<std::string> words = absl::StrSplit(text, ' ', absl::SkipEmpty());
+  if (words.size() < 2 || words[0] != kPlanMagic) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a test plan (want \"", kPlanMagic,
+                     " <test> ...\"): \"", text.substr(0, 80), "\""));
+  }
+  Plan plan;
+  plan.test = words[1];
+  for (size_t i = 2; i < words.size(); ++i) {
+    const size_t equals = words[i].find('=');
+    if (equals == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("test plan: \"", words[i], "\" is not key=value"));
+    }
+    plan.values[words[i].substr(0, equals)] = words[i].substr(equals + 1);
+  }
+  return plan;
+}
+
+absl::StatusOr<int64_t> Plan::Int(const std::string& key) const {
+  auto it = values.find(key);
+  int64_t value = 0;
+  if (it == values.end() || !absl::SimpleAtoi(it->second, &value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("test plan: no integer ", key));
+  }
+  return value;
+}
+
+absl::StatusOr<std::vector<uint32_t>> Plan::Sizes(
+    const std::string& key) const {
+  auto it = values.find(key);
+  if (it == values.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("test plan: no ", key));
+  }
+  return ParseSizeList(it->second, 1, kMaxSlotSize);
+}
+
+absl::Status ServerFinish(Connection& connection, std::span<std::byte> scratch,
+                          Deadline deadline) {
+  absl::StatusOr<std::string> done = ReceiveText(connection, scratch, deadline);
+  if (!done.ok()) return done.status();
+  if (*done != "DONE") {
+    return absl::DataLossError(
+        absl::StrCat("expected DONE, got \"", done->substr(0, 80), "\""));
+  }
+  if (absl::Status status = SendText(connection, "DONE", deadline);
+      !status.ok()) {
+    return status;
+  }
+  // The client closes next; its close ends this Receive with kUnavailable.
+  absl::StatusOr<size_t> after = connection.Receive(scratch, deadline);
+  if (after.ok()) {
+    return absl::DataLossError("a message arrived after DONE");
+  }
+  if (!absl::IsUnavailable(after.status())) return after.status();
+  return connection.Close(deadline);
+}
+
+absl::Status ClientFinish(Connection& connection, std::span<std::byte> scratch,
+                          Deadline deadline) {
+  if (absl::Status status = SendText(connection, "DONE", deadline);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<std::string> done = ReceiveText(connection, scratch, deadline);
+  if (!done.ok()) return done.status();
+  if (*done != "DONE") {
+    return absl::DataLossError(
+        absl::StrCat("expected DONE, got \"", done->substr(0, 80), "\""));
+  }
+  return connection.Close(deadline);
+}
+
+Report::Row& Report::Row::Add(const std::string& name,
+                              const std::string& value) {
+  fields_.push_back({name, value, false});
+  return *this;
+}
+
+Report::Row& Report::Row::Add(const std::string& name, double value) {
+  fields_.push_back({name, absl::StrFormat("%.3f", value), true});
+  return *this;
+}
+
+Report::Row& Report::Row::Add(const std::string& name, uint64_t value) {
+  fields_.push_back({name, absl::StrCat(value), true});
+  return *this;
+}
+
+Report::Row& Report::AddRow() {
+  rows_.emplace_back();
+  return rows_.back();
+}
+
+namespace {
+
+std::string CsvField(const std::string& value) {
+  if (value.find_first_of(",\"\n") == std::string::npos) return value;
+  std::string quoted = "\"";
+  for (char c : value) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+std::string JsonString(const std::string& value) {
+  std::string out = "\"";
+  for (char c : value) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Report::Write(const std::string& csv_path,
+                           const std::string& json_path) const {
+  if (!csv_path.empty()) {
+    std::string text;
+    if (!rows_.empty()) {
+      std::vector<std::string> names;
+      for (const Row::Field& field : rows_.front().fields_) {
+        names.push_back(CsvField(field.name));
+      }
+      absl::StrAppend(&text, absl::StrJoin(names, ","), "\n");
+    }
+    for (const Row& row : rows_) {
+      std::vector<std::string> values;
+      for (const Row::Field& field : row.fields_) {
+        values.push_back(CsvField(field.value));
+      }
+      absl::StrAppend(&text, absl::StrJoin(values, ","), "\n");
+    }
+    if (absl::Status status = WriteFile(csv_path, text); !status.ok()) {
+      return status;
+    }
+  }
+  if (!json_path.empty()) {
+    std::string text = "[\n";
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      std::vector<std::string> members;
+      for (const Row::Field& field : rows_[r].fields_) {
+        members.push_back(absl::StrCat(
+            JsonString(field.name), ": ",
+            field.numeric ? field.value : JsonString(field.value)));
+      }
+      absl::StrAppend(&text, "  {", absl::StrJoin(members, ", "), "}",
+                      r + 1 < rows_.size() ? ",\n" : "\n");
+    }
+    absl::StrAppend(&text, "]\n");
+    if (absl::Status status = WriteFile(json_path, text); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rdma_transport

@@ -1,0 +1,181 @@
+// File: tools/bench_common.h
+//
+// The plumbing rdma_pingpong and rdma_bw share: how the two ends meet
+// (--server, --connect or --self, over the transport's own TCP handshake),
+// the small text messages they exchange to agree on a test plan, the stamps
+// that let the receiver check every message, and the CSV/JSON reports.
+//
+//   SessionFlags session;                 // --server/--listen/--connect/--self
+//   session.Register(flags);
+//   ...
+//   BenchRoles roles;
+//   roles.client = [&](Connection& c) { return MeasureSomething(c); };
+//   roles.server = [&](Connection& c) { return ServeSomething(c); };
+//   return RunBench("rdma_pingpong", *backend, session, options, roles);
+//
+// The client measures; the server follows the plan the client sends in its
+// first message ("RDTPBENCH/1 <test> key=value ..."), answers "OK ..." or
+// "ERR <why>", serves one client and exits, as perftest's servers do. In
+// --self mode both run in this process, the server on a thread of its own,
+// over the same handshake on 127.0.0.1.
+//
+// Thread-compatible functions; a Connection is used as its header allows.
+
+#ifndef RDMA_TRANSPORT_TOOLS_BENCH_COMMON_H_
+#define RDMA_TRANSPORT_TOOLS_BENCH_COMMON_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tools/backend_flags.h"
+#include "transport/connection.h"
+#include "transport/deadline.h"
+
+namespace rdma_transport {
+
+// Control messages (plans, replies) must fit every slot.
+inline constexpr uint32_t kControlMessageSize = 512;
+
+enum class BenchMode { kSelf, kServer, kClient };
+
+struct SessionFlags {
+  bool server = false;
+  bool self = false;
+  std::string listen = "0.0.0.0:18515";
+  std::string connect;
+  int64_t timeout_s = 10;  // any single wait
+  std::string csv;
+  std::string json;
+
+  void Register(FlagSet& flags);
+  // Exactly one of --server, --connect, --self; none means --self on the
+  // simulator. The simulator only supports --self.
+  absl::StatusOr<BenchMode> Mode(const BackendFlags& backend) const;
+  Clock::duration timeout() const { return std::chrono::seconds(timeout_s); }
+};
+
+struct BenchRoles {
+  std::function<absl::Status(Connection&)> client;
+  std::function<absl::Status(Connection&)> server;
+};
+
+// Connects the two roles as `mode` says and runs them; returns the process
+// exit status (0, or 1 after printing "<program>: error: ..." to stderr).
+int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
+             const SessionFlags& session, const ConnectionOptions& options,
+             const BenchRoles& roles);
+
+// --- Stamps: the first and the last 8 bytes of a message carry a value ---
+
+inline void Stamp(std::span<std::byte> message, uint64_t value) {
+  if (message.size() >= 16) {
+    std::memcpy(message.data(), &value, 8);
+    std::memcpy(message.data() + message.size() - 8, &value, 8);
+  } else {
+    std::memcpy(message.data(), &value, std::min<size_t>(message.size(), 8));
+  }
+}
+
+inline bool HasStamp(std::span<const std::byte> message, uint64_t value) {
+  uint64_t first = 0;
+  if (message.size() >= 16) {
+    uint64_t last = 0;
+    std::memcpy(&first, message.data(), 8);
+    std::memcpy(&last, message.data() + message.size() - 8, 8);
+    return first == value && last == value;
+  }
+  const size_t n = std::min<size_t>(message.size(), 8);
+  std::memcpy(&first, message.data(), n);
+  uint64_t want = 0;
+  std::memcpy(&want, &value, n);
+  return first == want;
+}
+
+// The stamp of message `index` of size `size` in a run.
+inline uint64_t StampValue(uint32_t size, uint64_t index) {
+  return (uint64_t{size} << 40) ^ (index + 1) ^ 0x5254445000000000ull;
+}
+
+// --- Text control messages ---
+
+absl::Status SendText(Connection& connection, const std::string& text,
+                      Deadline deadline);
+// Receives one message and returns it as text; `scratch` must hold it.
+absl::StatusOr<std::string> ReceiveText(Connection& connection,
+                                        std::span<std::byte> scratch,
+                                        Deadline deadline);
+
+// "RDTPBENCH/1 pingpong sizes=8,64 iterations=1000" <-> {test, key: value}.
+struct Plan {
+  std::string test;
+  std::map<std::string, std::string> values;
+
+  std::string Encode() const;
+  static absl::StatusOr<Plan> Decode(const std::string& text);
+  absl::StatusOr<int64_t> Int(const std::string& key) const;
+  absl::StatusOr<std::vector<uint32_t>> Sizes(const std::string& key) const;
+};
+
+// Server side of the last exchange: waits for "DONE", answers "DONE", then
+// waits for the client's close so that neither side's QP goes away while
+// the other still talks to it.
+absl::Status ServerFinish(Connection& connection, std::span<std::byte> scratch,
+                          Deadline deadline);
+// Client side: "DONE", then the server's "DONE".
+absl::Status ClientFinish(Connection& connection, std::span<std::byte> scratch,
+                          Deadline deadline);
+
+// --- Reports ---
+
+// Rows of named fields, written as CSV (one header line) and/or JSON (an
+// array of objects; numeric fields unquoted).
+class Report {
+ public:
+  class Row {
+   public:
+    Row& Add(const std::string& name, const std::string& value);
+    Row& Add(const std::string& name, const char* value) {
+      return Add(name, std::string(value));
+    }
+    Row& Add(const std::string& name, double value);
+    Row& Add(const std::string& name, uint64_t value);
+    Row& Add(const std::string& name, int value) {
+      return Add(name, static_cast<uint64_t>(value));
+    }
+    Row& Add(const std::string& name, uint32_t value) {
+      return Add(name, static_cast<uint64_t>(value));
+    }
+    Row& Add(const std::string& name, bool value) {
+      return Add(name, std::string(value ? "yes" : "no"));
+    }
+
+   private:
+    friend class Report;
+    struct Field {
+      std::string name;
+      std::string value;
+      bool numeric = false;
+    };
+    std::vector<Field> fields_;
+  };
+
+  Row& AddRow();
+  // Writes the files named (empty: skipped).
+  absl::Status Write(const std::string& csv_path,
+                     const std::string& json_path) const;
+
+ private:
+  std::vector<Row> rows_;
+};
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_TOOLS_BENCH_COMMON_H_

@@ -173,7 +173,10 @@ void RecordQpAttributes(SimQp& qp, const ibv_qp_attr& attr, int mask) {
   if (mask & IBV_QP_PKEY_INDEX) record.pkey_index = attr.pkey_index;
   if (mask & IBV_QP_PORT) record.port_num = attr.port_num;
   if (mask & IBV_QP_QKEY) record.qkey = attr.qkey;
-  if (mask & IBV_QP_AV) record.ah_attr = attr.ah_attr;
+  if (mask & IBV_QP_AV) {
+    record.ah_attr = attr.ah_attr;
+    qp.route_device = -1;
+  }
   if (mask & IBV_QP_PATH_MTU) record.path_mtu = attr.path_mtu;
   if (mask & IBV_QP_TIMEOUT) record.timeout = attr.timeout;
   if (mask & IBV_QP_RETRY_CNT) record.retry_cnt = attr.retry_cnt;
@@ -686,7 +689,6 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
 
   auto qp = std::make_unique<SimQp>();
   qp->id = core.next_object_id++;
-  qp->qp_num = core.next_qp_num++;
   qp->pd = sim_pd;
   qp->context = context;
   qp->device = &device;
@@ -707,15 +709,14 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
   verbs.send_cq = init_attr->send_cq;
   verbs.recv_cq = init_attr->recv_cq;
   verbs.handle = qp->id;
-  verbs.qp_num = qp->qp_num;
   verbs.state = IBV_QPS_RESET;
   verbs.qp_type = IBV_QPT_RC;
   ++send_cq->live_qps;
   ++recv_cq->live_qps;
   ++sim_pd->live_qps;
   ++device.live_qps;
-  device.qps_by_num[qp->qp_num] = qp.get();
-  core.qps_by_num[qp->qp_num] = qp.get();
+  core.RegisterQpLocked(*qp);
+  verbs.qp_num = qp->qp_num;
   ibv_qp* handle = &qp->verbs;
   core.qps.emplace(handle, std::move(qp));
   return handle;

@@ -554,8 +554,7 @@ void FabricCore::HandleArriveLocked(const Event& event) {
   Device& device = *devices[event.responder_device];
   SimQp* responder = nullptr;
   if (!device.dead) {
-    auto it = device.qps_by_num.find(event.responder_qp_num);
-    if (it != device.qps_by_num.end()) responder = it->second;
+    responder = FindQpOnDevice(device, event.responder_qp_num);
   }
   if (responder == nullptr || ConsumeDropLocked(*responder) ||
       !IsReceiving(responder->state)) {
@@ -755,30 +754,37 @@ void FabricCore::WriteCqeLocked(SimCq& cq, const CqEntry& entry) {
 
 // --- Wire and faults ---
 
-SimQp* FabricCore::RouteLocked(const SimQp& requester, Device** device) const {
-  const ibv_ah_attr& path = requester.attr.ah_attr;
-  const bool ethernet = requester.device->is_ethernet();
+SimQp* FabricCore::RouteLocked(SimQp& requester, Device** device) {
   *device = nullptr;
-  for (const auto& candidate : devices) {
-    if (candidate->is_ethernet() != ethernet) continue;
-    bool matches = false;
-    if (ethernet) {
-      for (size_t i = 0; i < candidate->gid_table.size() && !matches; ++i) {
-        matches =
-            candidate->gid_valid[i] &&
-            std::memcmp(candidate->gid_table[i].gid.raw, path.grh.dgid.raw,
-                        sizeof(path.grh.dgid.raw)) == 0;
+  if (requester.route_device < 0) {
+    // Devices never leave a fabric and their addresses never change, so the
+    // first match is cached until the path is modified.
+    const ibv_ah_attr& path = requester.attr.ah_attr;
+    const bool ethernet = requester.device->is_ethernet();
+    for (const auto& candidate : devices) {
+      if (candidate->is_ethernet() != ethernet) continue;
+      bool matches = false;
+      if (ethernet) {
+        for (size_t i = 0; i < candidate->gid_table.size() && !matches; ++i) {
+          matches =
+              candidate->gid_valid[i] &&
+              std::memcmp(candidate->gid_table[i].gid.raw, path.grh.dgid.raw,
+                          sizeof(path.grh.dgid.raw)) == 0;
+        }
+      } else {
+        matches = candidate->lid == path.dlid;
       }
-    } else {
-      matches = candidate->lid == path.dlid;
+      if (matches) {
+        requester.route_device = static_cast<int>(candidate->index);
+        break;
+      }
     }
-    if (!matches) continue;
-    *device = candidate.get();
-    if (candidate->dead) return nullptr;
-    auto it = candidate->qps_by_num.find(requester.attr.dest_qp_num);
-    return it == candidate->qps_by_num.end() ? nullptr : it->second;
+    if (requester.route_device < 0) return nullptr;
   }
-  return nullptr;
+  Device& candidate = *devices[static_cast<size_t>(requester.route_device)];
+  *device = &candidate;
+  if (candidate.dead) return nullptr;
+  return FindQpOnDevice(candidate, requester.attr.dest_qp_num);
 }
 
 Nanos FabricCore::WireTime(uint64_t bytes) const {

@@ -13,9 +13,11 @@ namespace {
 
 // Min-heap order on (time, sequence): std::push_heap keeps the largest
 // element first, so "less" is "later".
-bool Later(const Event& a, const Event& b) {
-  return std::tie(a.time, a.sequence) > std::tie(b.time, b.sequence);
-}
+struct Later {
+  bool operator()(const Event& a, const Event& b) const {
+    return std::tie(a.time, a.sequence) > std::tie(b.time, b.sequence);
+  }
+};
 
 void SignalEventFd(int fd) {
   const uint64_t one = 1;
@@ -62,9 +64,14 @@ SimQp* FabricCore::FindQp(const ibv_qp* handle) const {
   return FindIn(qps, handle);
 }
 
-SimQp* FabricCore::FindQpByNum(uint32_t qp_num) const {
-  auto it = qps_by_num.find(qp_num);
-  return it == qps_by_num.end() ? nullptr : it->second;
+SimQp* FabricCore::FindQpOnDevice(const Device& device, uint32_t qp_num) const {
+  SimQp* qp = FindQpByNum(qp_num);
+  return qp != nullptr && qp->device == &device ? qp : nullptr;
+}
+
+void FabricCore::RegisterQpLocked(SimQp& qp) {
+  qp.qp_num = kFirstQpNum + static_cast<uint32_t>(qp_table_.size());
+  qp_table_.push_back(&qp);
 }
 
 Device* FabricCore::FindDevice(std::string_view name) const {
@@ -79,7 +86,7 @@ Device* FabricCore::FindDevice(std::string_view name) const {
 void FabricCore::ScheduleLocked(Event event) {
   event.sequence = next_event_sequence_++;
   event_heap_.push_back(event);
-  std::push_heap(event_heap_.begin(), event_heap_.end(), Later);
+  std::push_heap(event_heap_.begin(), event_heap_.end(), Later());
 }
 
 bool FabricCore::IsStaleLocked(const Event& event) const {
@@ -99,7 +106,7 @@ bool FabricCore::IsStaleLocked(const Event& event) const {
 
 void FabricCore::DropStaleEventsLocked() {
   while (!event_heap_.empty() && IsStaleLocked(event_heap_.front())) {
-    std::pop_heap(event_heap_.begin(), event_heap_.end(), Later);
+    std::pop_heap(event_heap_.begin(), event_heap_.end(), Later());
     event_heap_.pop_back();
   }
 }
@@ -109,7 +116,7 @@ bool FabricCore::StepLocked() {
   // reset since) is discarded without moving the clock to it.
   DropStaleEventsLocked();
   if (event_heap_.empty()) return false;
-  std::pop_heap(event_heap_.begin(), event_heap_.end(), Later);
+  std::pop_heap(event_heap_.begin(), event_heap_.end(), Later());
   const Event event = event_heap_.back();
   event_heap_.pop_back();
   if (event.time > now) now = event.time;
@@ -219,8 +226,7 @@ void FabricCore::RemoveQpLocked(SimQp& qp) {
   --qp.recv_cq->live_qps;
   --qp.pd->live_qps;
   --qp.device->live_qps;
-  qp.device->qps_by_num.erase(qp_num);
-  qps_by_num.erase(qp_num);
+  qp_table_[qp_num - kFirstQpNum] = nullptr;
   qps.erase(&qp.verbs);  // Frees `qp`.
   // Requesters waiting on its receives will now time out instead.
   WakeRnrWaitersLocked(qp_num);
@@ -256,7 +262,9 @@ void FabricCore::KillDeviceLocked(Device& device) {
   device.dead = true;
   // QPs in creation order, for determinism.
   std::vector<SimQp*> victims;
-  for (auto& [num, qp] : device.qps_by_num) victims.push_back(qp);
+  for (auto& [handle, qp] : qps) {
+    if (qp->device == &device) victims.push_back(qp.get());
+  }
   std::sort(victims.begin(), victims.end(),
             [](const SimQp* a, const SimQp* b) { return a->id < b->id; });
   for (SimQp* qp : victims) {

@@ -84,9 +84,8 @@ struct Device {
   uint32_t live_mrs = 0;
   uint32_t live_cqs = 0;
   uint32_t live_qps = 0;
-  // Memory regions by key (lkey == rkey) and QPs by number, for the wire.
+  // Memory regions by key (lkey == rkey), for the wire.
   std::unordered_map<uint32_t, SimMr*> mrs_by_key;
-  std::unordered_map<uint32_t, SimQp*> qps_by_num;
 
   bool is_ethernet() const {
     return profile.link_layer == IBV_LINK_LAYER_ETHERNET;
@@ -235,6 +234,10 @@ struct SimQp {
   std::vector<uint8_t> tx_payload;
   std::vector<uint8_t> read_payload;
 
+  // The device ah_attr leads to (index into FabricCore::devices), once
+  // found; -1 until then, and again whenever IBV_QP_AV is modified.
+  int route_device = -1;
+
   // Responder.
   uint32_t expected_psn = 0;
 
@@ -356,10 +359,8 @@ class FabricCore {
       channels;
   std::unordered_map<const ibv_cq*, std::unique_ptr<SimCq>> cqs;
   std::unordered_map<const ibv_qp*, std::unique_ptr<SimQp>> qps;
-  std::unordered_map<uint32_t, SimQp*> qps_by_num;
   std::unordered_map<uint32_t, SimCq*> cqs_by_id;
   uint32_t next_object_id = 1;
-  uint32_t next_qp_num = 0x100;
   uint32_t next_mr_key = 0x1000;
 
   // --- Lookups: nullptr for an unknown or destroyed handle ---
@@ -369,7 +370,12 @@ class FabricCore {
   SimChannel* FindChannel(const ibv_comp_channel* handle) const;
   SimCq* FindCq(const ibv_cq* handle) const;
   SimQp* FindQp(const ibv_qp* handle) const;
-  SimQp* FindQpByNum(uint32_t qp_num) const;
+  SimQp* FindQpByNum(uint32_t qp_num) const {
+    const uint32_t index = qp_num - kFirstQpNum;
+    return index < qp_table_.size() ? qp_table_[index] : nullptr;
+  }
+  // The QP on `device` numbered `qp_num`, or nullptr.
+  SimQp* FindQpOnDevice(const Device& device, uint32_t qp_num) const;
   Device* FindDevice(std::string_view name) const;
 
   // --- Progress ---
@@ -399,6 +405,8 @@ class FabricCore {
   void ResetQpLocked(SimQp& qp);
   // Removes the QP's completions from its CQs (destroy and reset).
   void CleanCqsOfQpLocked(const SimQp& qp);
+  // CreateQp: gives the QP the next QP number and makes it findable.
+  void RegisterQpLocked(SimQp& qp);
   // DestroyQp: forgets the QP everywhere (registries, CQs, RNR waits) and
   // frees it.
   void RemoveQpLocked(SimQp& qp);
@@ -441,7 +449,7 @@ class FabricCore {
   void WriteCqeLocked(SimCq& cq, const CqEntry& entry);
   void ScheduleFlushLocked(SimQp& qp);
   // The responder QP a requester's path leads to, or nullptr.
-  SimQp* RouteLocked(const SimQp& requester, Device** device) const;
+  SimQp* RouteLocked(SimQp& requester, Device** device);
   Nanos WireTime(uint64_t bytes) const;
   Nanos ExtraDelayLocked(const SimQp& destination) const;
   bool ConsumeDropLocked(const SimQp& destination);
@@ -450,6 +458,11 @@ class FabricCore {
                                      uint32_t key, uint64_t addr,
                                      uint64_t length,
                                      int required_access) const;
+
+  // QP numbers are handed out in sequence from kFirstQpNum and never reused:
+  // qp_table_[qp_num - kFirstQpNum] is the QP, or nullptr once destroyed.
+  static constexpr uint32_t kFirstQpNum = 0x100;
+  std::vector<SimQp*> qp_table_;
 
   std::vector<Event> event_heap_;  // Min-heap on (time, sequence).
   uint64_t next_event_sequence_ = 0;

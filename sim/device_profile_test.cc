@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct InlineCase {
   DeviceProfile (*profile)();
   // Grants for asking 0, 48, 96, 101, 236, 256, 512, 1024 (nullopt: EINVAL).
   std::vector<std::optional<uint32_t>> grants;
+
+  friend void PrintTo(const InlineCase& c, std::ostream* os) {
+    *os << c.profile_name;
+  }
 };
 
 constexpr uint32_t kAsks[] = {0, 48, 96, 101, 236, 256, 512, 1024};

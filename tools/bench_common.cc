@@ -256,7 +256,7 @@ Report::Row& Report::Row::Add(const std::string& name,
 }
 
 Report::Row& Report::Row::Add(const std::string& name, double value) {
-  fields_.push_back({name, absl::StrFormat("%.3f", value), true});
+  fields_.push_back({name, absl::StrFormat("%.6g", value), true});
   return *this;
 }
 

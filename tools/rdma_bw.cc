@@ -1,0 +1,609 @@
+// rdma_bw: streaming bandwidth and message rate per message size over the
+// transport, SEND (Connection::Send/Receive) and RDMA WRITE
+// (Connection::Write), reported as ib_send_bw / ib_write_bw report them
+// with --report_gbits: #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec]
+// MsgRate[Mpps].
+//
+//   rdma_bw --self                                          # sim, one process
+//   rdma_bw --backend=ibverbs --device=mlx5_1 --server --sizes=65536
+//   rdma_bw --backend=ibverbs --device=mlx5_0 --connect=10.0.0.2:18515
+//   --sizes=65536
+//
+// Window: SEND keeps up to --window messages in flight (the transport's
+// send_slots and recv_slots, i.e. the credits); WRITE posts --ops-per-write
+// operations per Write() call, in chains of --batch work requests
+// (ConnectionOptions::max_rdma_batch), one chain outstanding at a time.
+//
+// Timing is the client's: from the first timed post to the server's
+// acknowledgement of the last message (SEND) or to the return of the last
+// Write() (WRITE, which returns on completion). "BW average" is bytes over
+// that time; "BW peak" is the best of ten equal slices of the run timed at
+// post, leaving out the first slice, which only fills the window. Every
+// SEND is checked by the server (length, stamps in its first and last 8
+// bytes); after the WRITEs of a size, the server checks the stamp of every
+// slot of its region against the last operation that wrote it.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tools/backend_flags.h"
+#include "tools/bench_common.h"
+#include "transport/connection.h"
+#include "transport/handshake.h"
+#include "transport/memory_region.h"
+
+namespace rdma_transport {
+namespace {
+
+constexpr int kSlices = 10;
+
+struct BwFlags {
+  std::string op = "both";  // send | write | both
+  std::string sizes = "64,1024,4096,65536";
+  int64_t iterations = 5000;
+  int64_t warmup = 500;
+  int64_t window = 128;
+  int64_t batch = 32;
+  int64_t ops_per_write = 32;
+};
+
+struct BwResult {
+  double seconds = 0;
+  double peak_gbps = 0;
+  double average_gbps = 0;
+  double mpps = 0;
+};
+
+// Times at slice boundaries -> the result for `count` messages of `size`.
+BwResult Compute(uint32_t size, uint64_t count,
+                 const std::vector<Clock::time_point>& marks) {
+  BwResult result;
+  result.seconds =
+      std::chrono::duration<double>(marks.back() - marks.front()).count();
+  const double bits = 8.0 * size * count;
+  result.average_gbps = bits / result.seconds / 1e9;
+  result.mpps = count / result.seconds / 1e6;
+  const double slice_bits = bits / kSlices;
+  for (size_t i = 2; i < marks.size(); ++i) {
+    const double s =
+        std::chrono::duration<double>(marks[i] - marks[i - 1]).count();
+    if (s > 0)
+      result.peak_gbps = std::max(result.peak_gbps, slice_bits / s / 1e9);
+  }
+  result.peak_gbps = std::max(result.peak_gbps, result.average_gbps);
+  return result;
+}
+
+// Slice boundary k of `count` messages: after message boundary(k) - 1.
+uint64_t SliceEnd(uint64_t count, int k) { return count * k / kSlices; }
+
+absl::Status ExpectText(Connection& connection, std::span<std::byte> scratch,
+                        const std::string& want, Deadline deadline) {
+  absl::StatusOr<std::string> text = ReceiveText(connection, scratch, deadline);
+  if (!text.ok()) return text.status();
+  if (*text != want) {
+    return absl::DataLossError(absl::StrCat("expected \"", want,
+                                            "\" from the server, got \"",
+                                            text->substr(0, 200), "\""));
+  }
+  return absl::OkStatus();
+}
+
+std::string Header(const std::string& op) {
+  return absl::StrFormat(
+      "---------------------------------------------------------------------"
+      "-----------------\n"
+      "                    %s BW Test (rdma_transport)\n"
+      "---------------------------------------------------------------------"
+      "-----------------\n"
+      " %-7s %-12s %-17s %-20s %-14s",
+      op, "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]",
+      "MsgRate[Mpps]");
+}
+
+class BwClient {
+ public:
+  BwClient(Connection& connection, const BenchBackend& backend,
+           const BackendFlags& backend_flags, const SessionFlags& session,
+           const BwFlags& flags, std::vector<uint32_t> sizes)
+      : connection_(connection),
+        backend_flags_(backend_flags),
+        session_(session),
+        flags_(flags),
+        sizes_(std::move(sizes)),
+        scratch_(kControlMessageSize) {}
+
+  absl::Status Run() {
+    const uint32_t largest = *std::max_element(sizes_.begin(), sizes_.end());
+    const NegotiatedQp& qp = connection_.negotiated_qp();
+    std::printf(
+        " connection       : %s\n"
+        " device           : %s, inline %s (usable %u B), progress %s\n"
+        " window           : SEND %lld messages; WRITE %lld ops per call in "
+        "chains of %lld\n",
+        connection_.name().c_str(), connection_.context().device_name().c_str(),
+        backend_flags_.inline_mode.c_str(), qp.usable_inline,
+        backend_flags_.progress.c_str(), static_cast<long long>(flags_.window),
+        static_cast<long long>(flags_.ops_per_write),
+        static_cast<long long>(flags_.batch));
+    if (flags_.op != "write") {
+      if (largest > connection_.max_message_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "size ", largest, " exceeds the connection's message size ",
+            connection_.max_message_size(),
+            " (the server's --sizes must include the largest size)"));
+      }
+      if (absl::Status status = RunSend(); !status.ok()) return status;
+    }
+    if (flags_.op != "send") {
+      if (absl::Status status = RunWrite(largest); !status.ok()) return status;
+    }
+    return ClientFinish(connection_, scratch_, DeadlineIn(session_.timeout()));
+  }
+
+  const Report& report() const { return report_; }
+
+ private:
+  Deadline Soon() const { return DeadlineIn(session_.timeout()); }
+
+  absl::Status StartPlan(const std::string& op, std::string* reply) {
+    Plan plan;
+    plan.test = "bw";
+    plan.values["op"] = op;
+    plan.values["sizes"] = flags_.sizes;
+    plan.values["iterations"] = absl::StrCat(flags_.iterations);
+    plan.values["warmup"] = absl::StrCat(flags_.warmup);
+    plan.values["ops_per_write"] = absl::StrCat(flags_.ops_per_write);
+    if (absl::Status status = SendText(connection_, plan.Encode(), Soon());
+        !status.ok()) {
+      return status;
+    }
+    absl::StatusOr<std::string> text =
+        ReceiveText(connection_, scratch_, Soon());
+    if (!text.ok()) return text.status();
+    if (text->rfind("OK", 0) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the server refused the plan: ", *text));
+    }
+    *reply = *text;
+    return absl::OkStatus();
+  }
+
+  void Print(const std::string& op, uint32_t size, uint64_t count,
+             const BwResult& r) {
+    std::printf(" %-7u %-12llu %-17.2f %-20.2f %-14.6f\n", size,
+                static_cast<unsigned long long>(count), r.peak_gbps,
+                r.average_gbps, r.mpps);
+    std::fflush(stdout);
+    report_.AddRow()
+        .Add("tool", "rdma_bw")
+        .Add("backend", backend_flags_.backend)
+        .Add("device", connection_.context().device_name())
+        .Add("op", op)
+        .Add("bytes", size)
+        .Add("iterations", count)
+        .Add("seconds", r.seconds)
+        .Add("bw_peak_gbps", r.peak_gbps)
+        .Add("bw_average_gbps", r.average_gbps)
+        .Add("msg_rate_mpps", r.mpps)
+        .Add("window",
+             static_cast<uint64_t>(op == "send" ? flags_.window : flags_.batch))
+        .Add("ops_per_write", static_cast<uint64_t>(flags_.ops_per_write))
+        .Add("inline_mode", backend_flags_.inline_mode)
+        .Add("usable_inline", connection_.usable_inline())
+        .Add("progress", backend_flags_.progress);
+  }
+
+  absl::Status RunSend() {
+    std::string reply;
+    if (absl::Status status = StartPlan("send", &reply); !status.ok()) {
+      return status;
+    }
+    std::printf("%s\n", Header("Send").c_str());
+    const uint32_t largest = *std::max_element(sizes_.begin(), sizes_.end());
+    std::vector<std::byte> message(largest);
+    for (size_t i = 0; i < message.size(); ++i) {
+      message[i] = static_cast<std::byte>(i * 13 + 5);
+    }
+    const uint64_t count = flags_.iterations;
+    std::vector<Clock::time_point> marks;
+    for (uint32_t size : sizes_) {
+      std::span<std::byte> m(message.data(), size);
+      // Warm-up, acknowledged, then the timed stream.
+      for (uint64_t i = 0; i < static_cast<uint64_t>(flags_.warmup); ++i) {
+        Stamp(m, StampValue(size, i | (1ull << 32)));
+        if (absl::Status status = connection_.Send(m, Soon()); !status.ok()) {
+          return status;
+        }
+      }
+      if (absl::Status status =
+              ExpectText(connection_, scratch_, "ACK", Soon());
+          !status.ok()) {
+        return status;
+      }
+      marks.clear();
+      marks.push_back(Clock::now());
+      int slice = 1;
+      Deadline deadline = marks.front() + session_.timeout();
+      for (uint64_t i = 0; i < count; ++i) {
+        Stamp(m, StampValue(size, i));
+        if (absl::Status status = connection_.Send(m, deadline); !status.ok()) {
+          return status;
+        }
+        if (i + 1 == SliceEnd(count, slice) && slice < kSlices) {
+          marks.push_back(Clock::now());
+          deadline = marks.back() + session_.timeout();
+          ++slice;
+        }
+      }
+      if (absl::Status status =
+              ExpectText(connection_, scratch_, "ACK", Soon());
+          !status.ok()) {
+        return status;
+      }
+      marks.push_back(Clock::now());
+      Print("send", size, count, Compute(size, count, marks));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RunWrite(uint32_t largest) {
+    std::string reply;
+    if (absl::Status status = StartPlan("write", &reply); !status.ok()) {
+      return status;
+    }
+    // "OK region=<hex of RemoteRegion::Encode>".
+    const std::string prefix = "OK region=";
+    std::string encoded;
+    if (reply.rfind(prefix, 0) == 0) {
+      encoded = absl::HexStringToBytes(reply.substr(prefix.size()));
+    }
+    if (encoded.size() != RemoteRegion::kEncodedSize) {
+      return absl::DataLossError(
+          absl::StrCat("malformed WRITE plan reply: ", reply));
+    }
+    const RemoteRegion remote = RemoteRegion::Decode(
+        std::span<const std::byte, RemoteRegion::kEncodedSize>(
+            reinterpret_cast<const std::byte*>(encoded.data()),
+            RemoteRegion::kEncodedSize));
+    const size_t ring = static_cast<size_t>(flags_.ops_per_write);
+    std::vector<std::byte> local(ring * largest);
+    for (size_t i = 0; i < local.size(); ++i) {
+      local[i] = static_cast<std::byte>(i * 11 + 3);
+    }
+    absl::StatusOr<MemoryRegion> region =
+        connection_.context().RegisterMemory(local, kLocalOnly);
+    if (!region.ok()) return region.status();
+    std::printf("%s\n", Header("RDMA Write").c_str());
+
+    std::vector<RdmaOp> ops(ring);
+    std::vector<Clock::time_point> marks;
+    for (uint32_t size : sizes_) {
+      // ops[j] writes local slot j to remote slot j.
+      for (size_t j = 0; j < ring; ++j) {
+        ops[j] = RdmaOp{&*region, j * size, size, remote, j * uint64_t{size}};
+      }
+      auto write_range = [&](uint64_t first, uint64_t count,
+                             uint64_t stamp_base, int* slice,
+                             std::vector<Clock::time_point>* times) {
+        for (uint64_t done = 0; done < count;) {
+          const size_t n = std::min<uint64_t>(ring, count - done);
+          for (size_t j = 0; j < n; ++j) {
+            Stamp({local.data() + j * size, size},
+                  StampValue(size, stamp_base + first + done + j));
+          }
+          if (absl::Status status = connection_.Write({ops.data(), n});
+              !status.ok()) {
+            return status;
+          }
+          done += n;
+          if (times != nullptr && *slice < kSlices &&
+              done >= SliceEnd(count, *slice)) {
+            times->push_back(Clock::now());
+            ++*slice;
+          }
+        }
+        return absl::OkStatus();
+      };
+      int unused = 0;
+      if (absl::Status status =
+              write_range(0, flags_.warmup, 1ull << 32, &unused, nullptr);
+          !status.ok()) {
+        return status;
+      }
+      const uint64_t count = flags_.iterations;
+      marks.clear();
+      marks.push_back(Clock::now());
+      int slice = 1;
+      if (absl::Status status = write_range(0, count, 0, &slice, &marks);
+          !status.ok()) {
+        return status;
+      }
+      marks.push_back(Clock::now());
+      // The server checks what landed.
+      if (absl::Status status = SendText(
+              connection_, absl::StrCat("CHECK ", size, " ", count), Soon());
+          !status.ok()) {
+        return status;
+      }
+      if (absl::Status status =
+              ExpectText(connection_, scratch_, "ACK", Soon());
+          !status.ok()) {
+        return status;
+      }
+      Print("write", size, count, Compute(size, count, marks));
+    }
+    return region->Release();
+  }
+
+  Connection& connection_;
+  const BackendFlags& backend_flags_;
+  const SessionFlags& session_;
+  const BwFlags& flags_;
+  const std::vector<uint32_t> sizes_;
+  std::vector<std::byte> scratch_;
+  Report report_;
+};
+
+absl::Status Refuse(Connection& connection, const absl::Status& problem,
+                    Deadline deadline) {
+  (void)SendText(connection, absl::StrCat("ERR ", problem.message()), deadline);
+  return problem;
+}
+
+absl::Status ServeSend(Connection& connection,
+                       const std::vector<uint32_t>& sizes, uint64_t warmup,
+                       uint64_t count, const SessionFlags& session) {
+  std::vector<std::byte> buffer(
+      std::max<size_t>(connection.max_message_size(), kControlMessageSize));
+  for (uint32_t size : sizes) {
+    for (int phase = 0; phase < 2; ++phase) {
+      const uint64_t n = phase == 0 ? warmup : count;
+      const uint64_t base = phase == 0 ? (1ull << 32) : 0;
+      for (uint64_t i = 0; i < n; ++i) {
+        absl::StatusOr<size_t> got =
+            connection.Receive(buffer, DeadlineIn(session.timeout()));
+        if (!got.ok()) return got.status();
+        if (*got != size ||
+            !HasStamp({buffer.data(), *got}, StampValue(size, base | i))) {
+          return Refuse(
+              connection,
+              absl::DataLossError(absl::StrFormat(
+                  "SEND size %u, %s message %u: %u bytes, %s stamp (starts %s, "
+                  "want %x)",
+                  size, phase == 0 ? "warm-up" : "timed", i, *got,
+                  HasStamp({buffer.data(), *got}, StampValue(size, base | i))
+                      ? "right"
+                      : "wrong",
+                  absl::BytesToHexString(absl::string_view(
+                      reinterpret_cast<const char*>(buffer.data()),
+                      std::min<size_t>(*got, 8))),
+                  StampValue(size, base | i))),
+              DeadlineIn(session.timeout()));
+        }
+      }
+      if (absl::Status status =
+              SendText(connection, "ACK", DeadlineIn(session.timeout()));
+          !status.ok()) {
+        return status;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServeWrite(Connection& connection,
+                        const std::vector<uint32_t>& sizes, uint64_t ring,
+                        const SessionFlags& session) {
+  const uint32_t largest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::byte> target(ring * largest);
+  absl::StatusOr<MemoryRegion> region =
+      connection.context().RegisterMemory(target, kRemoteWrite);
+  if (!region.ok())
+    return Refuse(connection, region.status(), DeadlineIn(session.timeout()));
+  std::array<std::byte, RemoteRegion::kEncodedSize> encoded;
+  region->remote().Encode(encoded);
+  if (absl::Status status = SendText(
+          connection,
+          absl::StrCat("OK region=",
+                       absl::BytesToHexString(absl::string_view(
+                           reinterpret_cast<const char*>(encoded.data()),
+                           encoded.size()))),
+          DeadlineIn(session.timeout()));
+      !status.ok()) {
+    return status;
+  }
+  std::vector<std::byte> scratch(kControlMessageSize);
+  for (uint32_t size : sizes) {
+    absl::StatusOr<std::string> check =
+        ReceiveText(connection, scratch, DeadlineIn(session.timeout()));
+    if (!check.ok()) return check.status();
+    unsigned checked_size = 0;
+    unsigned long long count = 0;
+    if (std::sscanf(check->c_str(), "CHECK %u %llu", &checked_size, &count) !=
+            2 ||
+        checked_size != size) {
+      return Refuse(connection,
+                    absl::DataLossError(absl::StrCat("expected CHECK ", size,
+                                                     ", got \"", *check, "\"")),
+                    DeadlineIn(session.timeout()));
+    }
+    for (uint64_t j = 0; j < ring && j < count; ++j) {
+      const uint64_t last = j + ring * ((count - 1 - j) / ring);
+      if (!HasStamp({target.data() + j * size, size}, StampValue(size, last))) {
+        return Refuse(connection,
+                      absl::DataLossError(absl::StrFormat(
+                          "WRITE size %u: slot %u does not hold operation %u",
+                          size, j, last)),
+                      DeadlineIn(session.timeout()));
+      }
+    }
+    if (absl::Status status =
+            SendText(connection, "ACK", DeadlineIn(session.timeout()));
+        !status.ok()) {
+      return status;
+    }
+  }
+  return region->Release();
+}
+
+absl::Status Server(Connection& connection, const SessionFlags& session,
+                    bool verbose) {
+  std::vector<std::byte> scratch(kControlMessageSize);
+  while (true) {
+    absl::StatusOr<std::string> text =
+        ReceiveText(connection, scratch, DeadlineIn(session.timeout()));
+    if (!text.ok()) return text.status();
+    if (*text == "DONE") {
+      if (absl::Status status =
+              SendText(connection, "DONE", DeadlineIn(session.timeout()));
+          !status.ok()) {
+        return status;
+      }
+      absl::StatusOr<size_t> after =
+          connection.Receive(scratch, DeadlineIn(session.timeout()));
+      if (after.ok()) return absl::DataLossError("a message after DONE");
+      if (!absl::IsUnavailable(after.status())) return after.status();
+      return connection.Close(DeadlineIn(session.timeout()));
+    }
+    absl::StatusOr<Plan> plan = Plan::Decode(*text);
+    if (!plan.ok())
+      return Refuse(connection, plan.status(), DeadlineIn(session.timeout()));
+    absl::StatusOr<std::vector<uint32_t>> sizes = plan->Sizes("sizes");
+    absl::StatusOr<int64_t> iterations = plan->Int("iterations");
+    absl::StatusOr<int64_t> warmup = plan->Int("warmup");
+    absl::StatusOr<int64_t> ring = plan->Int("ops_per_write");
+    const std::string op = plan->values["op"];
+    absl::Status problem =
+        plan->test != "bw" ? absl::InvalidArgumentError(absl::StrCat(
+                                 "this is rdma_bw, not ", plan->test))
+        : !sizes.ok()      ? sizes.status()
+        : !iterations.ok() ? iterations.status()
+        : !warmup.ok()     ? warmup.status()
+        : !ring.ok()       ? ring.status()
+        : op != "send" && op != "write"
+            ? absl::InvalidArgumentError(absl::StrCat("unknown op ", op))
+            : absl::OkStatus();
+    if (problem.ok() && op == "send") {
+      for (uint32_t size : *sizes) {
+        if (size > connection.max_message_size()) {
+          problem = absl::InvalidArgumentError(absl::StrCat(
+              "size ", size, " exceeds this server's message size ",
+              connection.max_message_size(),
+              "; start it with --sizes=", plan->values["sizes"]));
+        }
+      }
+    }
+    if (!problem.ok()) {
+      return Refuse(connection, problem, DeadlineIn(session.timeout()));
+    }
+    if (verbose) {
+      std::printf("serving %s\n", text->c_str());
+      std::fflush(stdout);
+    }
+    absl::Status served;
+    if (op == "send") {
+      if (absl::Status status =
+              SendText(connection, "OK", DeadlineIn(session.timeout()));
+          !status.ok()) {
+        return status;
+      }
+      served = ServeSend(connection, *sizes, *warmup, *iterations, session);
+    } else {
+      served = ServeWrite(connection, *sizes, *ring, session);
+    }
+    if (!served.ok()) return served;
+  }
+}
+
+int Main(int argc, char** argv) {
+  FlagSet flags("rdma_bw",
+                "streaming SEND and RDMA WRITE bandwidth and message rate "
+                "per message size, as ib_send_bw / ib_write_bw report them");
+  BackendFlags backend_flags;
+  SessionFlags session;
+  BwFlags bw;
+  backend_flags.Register(flags);
+  session.Register(flags);
+  flags.String("op", &bw.op, "send | write | both");
+  flags.String("sizes", &bw.sizes, "message sizes in bytes, a list");
+  flags.Int("iterations", &bw.iterations,
+            "timed messages per size (perftest -n)");
+  flags.Int("warmup", &bw.warmup, "untimed messages before them, per size");
+  flags.Int("window", &bw.window,
+            "SEND: messages in flight (send_slots and recv_slots)");
+  flags.Int("batch", &bw.batch,
+            "WRITE: work requests per chain (max_rdma_batch)");
+  flags.Int("ops-per-write", &bw.ops_per_write,
+            "WRITE: operations per Write() call");
+  if (absl::Status status = flags.Parse(argc, argv); !status.ok()) {
+    std::fprintf(stderr, "rdma_bw: %s\n", status.ToString().c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s", flags.Usage().c_str());
+    return 0;
+  }
+  absl::StatusOr<std::vector<uint32_t>> sizes =
+      ParseSizeList(bw.sizes, 1, kMaxSlotSize);
+  absl::StatusOr<BenchMode> mode = session.Mode(backend_flags);
+  absl::Status bad =
+      !sizes.ok()  ? sizes.status()
+      : !mode.ok() ? mode.status()
+      : bw.op != "send" && bw.op != "write" && bw.op != "both"
+          ? absl::InvalidArgumentError("--op: want send, write or both")
+      : bw.iterations < kSlices ? absl::InvalidArgumentError(absl::StrCat(
+                                      "--iterations must be >= ", kSlices))
+      : bw.warmup < 0 ? absl::InvalidArgumentError("--warmup must be >= 0")
+      : bw.window < 2 || bw.window > 4096
+          ? absl::InvalidArgumentError("--window must be in 2..4096")
+      : bw.batch < 1 || bw.batch > 4096
+          ? absl::InvalidArgumentError("--batch must be in 1..4096")
+      : bw.ops_per_write < 1 || bw.ops_per_write > 65536
+          ? absl::InvalidArgumentError("--ops-per-write must be in 1..65536")
+          : absl::OkStatus();
+  if (!bad.ok()) {
+    std::fprintf(stderr, "rdma_bw: %s\n", bad.ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<BenchBackend>> backend =
+      BenchBackend::Open(backend_flags, *mode == BenchMode::kSelf);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "rdma_bw: error: opening the backend: %s\n",
+                 backend.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("rdma_bw on %s\n", (*backend)->description().c_str());
+
+  ConnectionOptions options;
+  options.progress = backend_flags.progress_mode();
+  options.send_slots = static_cast<uint32_t>(bw.window);
+  options.recv_slots = static_cast<uint32_t>(bw.window);
+  options.max_rdma_batch = static_cast<uint32_t>(bw.batch);
+  // WRITE needs only control messages; SEND needs the largest size.
+  const uint32_t largest = *std::max_element(sizes->begin(), sizes->end());
+  options.max_message_size =
+      std::max<uint32_t>(bw.op == "write" ? 0 : largest, kControlMessageSize);
+
+  BenchRoles roles;
+  roles.client = [&](Connection& connection) {
+    BwClient client(connection, **backend, backend_flags, session, bw, *sizes);
+    absl::Status status = client.Run();
+    if (status.ok()) status = client.report().Write(session.csv, session.json);
+    return status;
+  };
+  roles.server = [&](Connection& connection) {
+    return Server(connection, session, *mode == BenchMode::kServer);
+  };
+  return RunBench("rdma_bw", *mode, **backend, session, options, roles);
+}
+
+}  // namespace
+}  // namespace rdma_transport
+
+int main(int argc, char** argv) { return rdma_transport::Main(argc, argv); }

@@ -5,10 +5,13 @@
 // the fault plan and the counters, all guarded by the single mutex `mu`.
 // Fabric, FaultInjector and SimVerbs are thin, locking facades over it.
 //
-// Conventions: every member function whose name ends in `Locked` requires
-// `mu` held; the data members are only touched with `mu` held. Objects are
-// owned here (unique_ptr in the registries); the verbs struct is the first
-// member of each Sim* object and its address is the handle users hold.
+// Thread-safety: every member, data or function, requires `mu` held (the
+// `Locked` suffix marks the functions that change or run the simulation;
+// the Find* lookups need the lock too). Ownership: objects live in the
+// registries below (unique_ptr); the verbs struct is the first member of each
+// Sim* object and its address is the handle users hold. Errors: the verbs
+// entry points return VerbsError() statuses with verbs' errno; the rest
+// cannot fail.
 //
 // The model of one RC connection (see docs/simulator.md):
 //   - A requester transmits its send queue in order, one message at a time

@@ -1,0 +1,536 @@
+// The transport's own cost on the simulator: what Connection::Send +
+// Connection::Receive add per message over the raw verbs they make, the
+// handshake codec, connection setup, and heap allocations per message.
+//
+//   bazel run -c opt //transport:transport_benchmark
+//   bazel run -c opt //transport:transport_benchmark --
+//       --benchmark_filter=Overhead --benchmark_repetitions=5
+//
+// Everything runs single-threaded on one simulated fabric in kImmediate mode
+// (every post runs the fabric to quiescence, so a SEND's completions are
+// there when PostSend returns): the figures are CPU time in the transport
+// and the simulator, not a wire.
+//
+//   BM_TransportMessage/<size>/<inline>  client Send() + server Receive()
+//   BM_RawMessage/<size>/<inline>        the same message with SimVerbs
+//                                        directly: post SEND_WITH_IMM
+//                                        (signalled), poll the sender's CQ,
+//                                        poll the receiver's CQ, repost the
+//                                        receive
+//   BM_Overhead/<size>/<inline>          both, interleaved in blocks of 256
+//                                        messages; reports the median ns per
+//                                        message of each and their ratio
+//   BM_HandshakeEncode / BM_HandshakeDecode   a HELLO with a 16-byte token
+//   BM_ConnectionSetup                   Connect + Accept + both Close()s
+//
+// <inline> 1: the transport negotiates inline (ConnectX-7: 236 B usable) and
+// the raw baseline posts IBV_SEND_INLINE exactly when the transport would;
+// 0: max_inline = 0 on both. Every message benchmark reports
+// allocs_per_msg: operator new calls during the timed loop (this binary
+// replaces the global operator new) divided by messages.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "sim/device_profile.h"
+#include "sim/fabric.h"
+#include "sim/sim_verbs.h"
+#include "transport/config.h"
+#include "transport/connection.h"
+#include "transport/context.h"
+#include "transport/handshake.h"
+#include "transport/inline_size.h"
+#include "transport/listener.h"
+#include "transport/memory_region.h"
+
+// --- Allocation counting: every operator new in the process -----------------
+
+namespace {
+std::atomic<uint64_t> g_allocations{0};
+
+void* CountedAlloc(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* CountedAlignedAlloc(std::size_t size, std::align_val_t alignment) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t a = static_cast<std::size_t>(alignment);
+  if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t size) { return CountedAlloc(size); }
+void* operator new[](std::size_t size) { return CountedAlloc(size); }
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* operator new(std::size_t size, std::align_val_t alignment) {
+  return CountedAlignedAlloc(size, alignment);
+}
+void* operator new[](std::size_t size, std::align_val_t alignment) {
+  return CountedAlignedAlloc(size, alignment);
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+
+namespace rdma_transport {
+namespace {
+
+using std::chrono::seconds;
+
+template <typename T>
+T Must(absl::StatusOr<T> value, const char* what) {
+  if (!value.ok()) {
+    std::fprintf(stderr, "benchmark setup: %s: %s\n", what,
+                 value.status().ToString().c_str());
+    std::abort();
+  }
+  return *std::move(value);
+}
+
+void Must(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "benchmark setup: %s: %s\n", what,
+                 status.ToString().c_str());
+    std::abort();
+  }
+}
+
+// Accepts connections on a thread of its own, so that the benchmark thread
+// can Connect() (which waits for the server's ACCEPT).
+class Acceptor {
+ public:
+  explicit Acceptor(Listener& listener)
+      : listener_(listener), thread_([this] { Loop(); }) {}
+  ~Acceptor() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  std::unique_ptr<Connection> Take() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !ready_.empty(); });
+    std::unique_ptr<Connection> connection = std::move(ready_.front());
+    ready_.pop_front();
+    return connection;
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) return;
+      }
+      absl::StatusOr<std::unique_ptr<Connection>> accepted =
+          listener_.Accept(DeadlineIn(std::chrono::milliseconds(20)));
+      if (accepted.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ready_.push_back(*std::move(accepted));
+        cv_.notify_all();
+      } else if (!absl::IsDeadlineExceeded(accepted.status())) {
+        Must(accepted.status(), "accepting");
+      }
+    }
+  }
+
+  Listener& listener_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Connection>> ready_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Two ConnectX-7 NICs on one fabric, their Contexts, and both a transport
+// connection and a raw QP pair between them.
+class Setup {
+ public:
+  explicit Setup(bool allow_inline) : verbs_(&fabric_) {
+    TransportOptions options;
+    if (!allow_inline) options.max_inline = 0;
+    const TransportConfig config = Must(LoadTransportConfig(options), "config");
+    const std::string a = Must(
+        fabric_.AddDevice(sim::ConnectX7(), std::nullopt, "10.0.0.1"), "NIC");
+    const std::string b = Must(
+        fabric_.AddDevice(sim::ConnectX7(), std::nullopt, "10.0.0.2"), "NIC");
+    client_context_ = Must(Context::Open(verbs_, a, config), "open");
+    server_context_ = Must(Context::Open(verbs_, b, config), "open");
+  }
+
+  ~Setup() {
+    client_.reset();
+    server_.reset();
+    raw_.reset();
+    client_context_.reset();
+    server_context_.reset();
+  }
+
+  void ConnectTransport() {
+    std::unique_ptr<Listener> listener =
+        Must(Listener::Create(*server_context_, "127.0.0.1:0"), "listen");
+    Acceptor acceptor(*listener);
+    client_ = Must(Connect(*client_context_, listener->address()), "connect");
+    server_ = acceptor.Take();
+  }
+
+  // The raw baseline: one CQ per side for sends and receives (as the
+  // transport has), 64 receives posted on the receiving side.
+  class RawPair {
+   public:
+    static constexpr int kRecvSlots = 64;
+    static constexpr uint32_t kSlot = 4096;
+
+    RawPair(Verbs& verbs, Context& sender, Context& receiver)
+        : verbs_(verbs),
+          send_buffer_(kSlot),
+          recv_buffer_(size_t{kSlot} * kRecvSlots) {
+      RcQpCaps caps;
+      caps.max_send_wr = 128;
+      caps.max_recv_wr = kRecvSlots;
+      for (Side* side : {&tx_, &rx_}) {
+        Context& context = side == &tx_ ? sender : receiver;
+        side->cq = Must(
+            verbs.CreateCq(context.device(), 256, nullptr, nullptr, 0), "CQ");
+        side->qp = Must(context.CreateRcQp(caps, side->cq, side->cq), "QP");
+      }
+      usable_inline_ = tx_.qp.usable_inline;
+      Must(sender.ConnectRcQp(tx_.qp.qp, 1, receiver.Endpoint(rx_.qp.qp, 2)),
+           "connect");
+      Must(receiver.ConnectRcQp(rx_.qp.qp, 2, sender.Endpoint(tx_.qp.qp, 1)),
+           "connect");
+      send_mr_ = Must(sender.RegisterMemory(send_buffer_, kLocalOnly), "MR");
+      recv_mr_ = Must(receiver.RegisterMemory(recv_buffer_, kLocalWrite), "MR");
+      for (uint32_t slot = 0; slot < kRecvSlots; ++slot) {
+        Must(Repost(slot), "post receive");
+      }
+    }
+
+    ~RawPair() {
+      (void)send_mr_.Release();
+      (void)recv_mr_.Release();
+      for (Side* side : {&tx_, &rx_}) {
+        (void)verbs_.DestroyQp(side->qp.qp);
+        (void)verbs_.DestroyCq(side->cq);
+      }
+    }
+
+    absl::Status Repost(uint32_t slot) {
+      ibv_sge sge{
+          reinterpret_cast<uint64_t>(recv_mr_.data()) + uint64_t{slot} * kSlot,
+          kSlot, recv_mr_.lkey()};
+      ibv_recv_wr wr = {};
+      wr.wr_id = slot;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      ibv_recv_wr* bad = nullptr;
+      return verbs_.PostRecv(rx_.qp.qp, &wr, &bad);
+    }
+
+    // One message: post, poll the sender's CQ, poll the receiver's CQ,
+    // repost the receive.
+    bool Message(uint32_t size) {
+      ibv_sge sge{reinterpret_cast<uint64_t>(send_mr_.data()), size,
+                  send_mr_.lkey()};
+      ibv_send_wr wr = {};
+      wr.wr_id = 1;
+      wr.opcode = IBV_WR_SEND_WITH_IMM;
+      wr.imm_data = 0;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      if (ShouldSendInline(size, usable_inline_)) {
+        wr.send_flags |= IBV_SEND_INLINE;
+      }
+      ibv_send_wr* bad = nullptr;
+      if (!verbs_.PostSend(tx_.qp.qp, &wr, &bad).ok()) return false;
+      ibv_wc wc;
+      if (!PollOne(tx_.cq, &wc)) return false;
+      if (!PollOne(rx_.cq, &wc) || wc.byte_len != size) return false;
+      return Repost(static_cast<uint32_t>(wc.wr_id)).ok();
+    }
+
+    uint32_t usable_inline() const { return usable_inline_; }
+
+   private:
+    struct Side {
+      ibv_cq* cq = nullptr;
+      NegotiatedQp qp;
+    };
+
+    bool PollOne(ibv_cq* cq, ibv_wc* wc) {
+      while (true) {
+        absl::StatusOr<int> n = verbs_.PollCq(cq, 1, wc);
+        if (!n.ok()) return false;
+        if (*n == 1) return wc->status == IBV_WC_SUCCESS;
+      }
+    }
+
+    Verbs& verbs_;
+    std::vector<std::byte> send_buffer_;
+    std::vector<std::byte> recv_buffer_;
+    MemoryRegion send_mr_;
+    MemoryRegion recv_mr_;
+    Side tx_;
+    Side rx_;
+    uint32_t usable_inline_ = 0;
+  };
+
+  void ConnectRaw() {
+    raw_ =
+        std::make_unique<RawPair>(verbs_, *client_context_, *server_context_);
+  }
+
+  Connection& client() { return *client_; }
+  Connection& server() { return *server_; }
+  RawPair& raw() { return *raw_; }
+  Context& client_context() { return *client_context_; }
+  Context& server_context() { return *server_context_; }
+
+ private:
+  sim::Fabric fabric_;
+  sim::SimVerbs verbs_;
+  std::unique_ptr<Context> client_context_;
+  std::unique_ptr<Context> server_context_;
+  std::unique_ptr<Connection> client_;
+  std::unique_ptr<Connection> server_;
+  std::unique_ptr<RawPair> raw_;
+};
+
+// One transport message: the client sends, the server receives.
+inline bool TransportMessage(Setup& setup, std::span<const std::byte> message,
+                             std::span<std::byte> buffer) {
+  if (!setup.client().Send(message).ok()) return false;
+  absl::StatusOr<size_t> n = setup.server().Receive(buffer);
+  return n.ok() && *n == message.size();
+}
+
+void SetMessageCounters(benchmark::State& state, uint64_t allocations,
+                        uint64_t messages) {
+  state.counters["allocs_per_msg"] =
+      static_cast<double>(allocations) / std::max<uint64_t>(messages, 1);
+  state.SetItemsProcessed(static_cast<int64_t>(messages));
+  state.SetBytesProcessed(static_cast<int64_t>(messages * state.range(0)));
+}
+
+void BM_TransportMessage(benchmark::State& state) {
+  const uint32_t size = static_cast<uint32_t>(state.range(0));
+  Setup setup(state.range(1) != 0);
+  setup.ConnectTransport();
+  std::vector<std::byte> message(size, std::byte{0x5a});
+  std::vector<std::byte> buffer(4096);
+  // Reach steady state (credit returns, slot reuse) before counting.
+  for (int i = 0; i < 1000; ++i) {
+    if (!TransportMessage(setup, message, buffer)) {
+      state.SkipWithError("warm-up failed");
+      return;
+    }
+  }
+  const uint64_t inline_before = setup.client().stats().inline_sends;
+  const uint64_t allocations = g_allocations.load();
+  uint64_t messages = 0;
+  for (auto _ : state) {
+    if (!TransportMessage(setup, message, buffer)) {
+      state.SkipWithError(setup.client().status().ToString().c_str());
+      break;
+    }
+    ++messages;
+  }
+  SetMessageCounters(state, g_allocations.load() - allocations, messages);
+  state.counters["inline"] =
+      setup.client().stats().inline_sends - inline_before == messages ? 1 : 0;
+}
+
+void BM_RawMessage(benchmark::State& state) {
+  const uint32_t size = static_cast<uint32_t>(state.range(0));
+  Setup setup(state.range(1) != 0);
+  setup.ConnectRaw();
+  for (int i = 0; i < 1000; ++i) {
+    if (!setup.raw().Message(size)) {
+      state.SkipWithError("warm-up failed");
+      return;
+    }
+  }
+  const uint64_t allocations = g_allocations.load();
+  uint64_t messages = 0;
+  for (auto _ : state) {
+    if (!setup.raw().Message(size)) {
+      state.SkipWithError("raw message failed");
+      break;
+    }
+    ++messages;
+  }
+  SetMessageCounters(state, g_allocations.load() - allocations, messages);
+  state.counters["inline"] =
+      ShouldSendInline(size, setup.raw().usable_inline()) ? 1 : 0;
+}
+
+double Median(std::vector<double>& values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Transport and raw side by side: each iteration is a block of kBlock
+// transport messages then kBlock raw ones, timed separately, on the same
+// fabric and NICs; machine noise hits both alike.
+void BM_Overhead(benchmark::State& state) {
+  constexpr int kBlock = 256;
+  const uint32_t size = static_cast<uint32_t>(state.range(0));
+  Setup setup(state.range(1) != 0);
+  setup.ConnectTransport();
+  setup.ConnectRaw();
+  std::vector<std::byte> message(size, std::byte{0x5a});
+  std::vector<std::byte> buffer(4096);
+  for (int i = 0; i < 1000; ++i) {
+    if (!TransportMessage(setup, message, buffer) ||
+        !setup.raw().Message(size)) {
+      state.SkipWithError("warm-up failed");
+      return;
+    }
+  }
+  std::vector<double> transport_ns;
+  std::vector<double> raw_ns;
+  // Room for the samples up front: only the blocks' allocations count.
+  transport_ns.reserve(1 << 20);
+  raw_ns.reserve(1 << 20);
+  uint64_t allocations = 0;
+  for (auto _ : state) {
+    const uint64_t allocations_before = g_allocations.load();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kBlock; ++i) {
+      if (!TransportMessage(setup, message, buffer)) {
+        state.SkipWithError("transport message failed");
+        return;
+      }
+    }
+    const auto t1 = Clock::now();
+    for (int i = 0; i < kBlock; ++i) {
+      if (!setup.raw().Message(size)) {
+        state.SkipWithError("raw message failed");
+        return;
+      }
+    }
+    const auto t2 = Clock::now();
+    allocations += g_allocations.load() - allocations_before;
+    transport_ns.push_back(
+        std::chrono::duration<double, std::nano>(t1 - t0).count() / kBlock);
+    raw_ns.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count() /
+                     kBlock);
+  }
+  const uint64_t messages = 2ull * kBlock * transport_ns.size();
+  state.counters["allocs_per_msg"] =
+      static_cast<double>(allocations) / std::max<uint64_t>(messages, 1);
+  const double transport = Median(transport_ns);
+  const double raw = Median(raw_ns);
+  state.counters["transport_ns"] = transport;
+  state.counters["raw_ns"] = raw;
+  state.counters["ratio"] = raw > 0 ? transport / raw : 0;
+}
+
+void MessageArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"size", "inline"});
+  for (int size : {8, 64, 256, 4096}) {
+    for (int allow_inline : {1, 0}) b->Args({size, allow_inline});
+  }
+}
+
+BENCHMARK(BM_TransportMessage)->Apply(MessageArgs);
+BENCHMARK(BM_RawMessage)->Apply(MessageArgs);
+BENCHMARK(BM_Overhead)->Apply(MessageArgs);
+
+HandshakeMessage SampleHello() {
+  HandshakeMessage hello;
+  hello.type = HandshakeType::kHello;
+  hello.endpoint.qp_num = 0x1234;
+  hello.endpoint.psn = 0x42;
+  hello.endpoint.gid.raw[10] = 0xff;
+  hello.endpoint.gid.raw[11] = 0xff;
+  hello.endpoint.gid.raw[12] = 10;
+  hello.endpoint.gid.raw[15] = 1;
+  hello.endpoint.port = 1;
+  hello.endpoint.mtu = 4096;
+  hello.recv_slots = 64;
+  hello.slot_size = 4096;
+  hello.token = "0123456789abcdef";
+  return hello;
+}
+
+void BM_HandshakeEncode(benchmark::State& state) {
+  const HandshakeMessage hello = SampleHello();
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<uint8_t>> frame = EncodeHandshake(hello);
+    benchmark::DoNotOptimize(frame);
+  }
+}
+BENCHMARK(BM_HandshakeEncode);
+
+void BM_HandshakeDecode(benchmark::State& state) {
+  const std::vector<uint8_t> frame =
+      Must(EncodeHandshake(SampleHello()), "encode");
+  for (auto _ : state) {
+    absl::StatusOr<HandshakeMessage> message = DecodeHandshakeFrame(frame);
+    benchmark::DoNotOptimize(message);
+  }
+}
+BENCHMARK(BM_HandshakeDecode);
+
+// One connection, made and torn down: TCP connect, HELLO/ACCEPT/READY, two
+// QPs, CQs and four registered rings brought up, then both sides closed.
+void BM_ConnectionSetup(benchmark::State& state) {
+  Setup setup(true);
+  std::unique_ptr<Listener> listener =
+      Must(Listener::Create(setup.server_context(), "127.0.0.1:0"), "listen");
+  Acceptor acceptor(*listener);
+  for (auto _ : state) {
+    absl::StatusOr<std::unique_ptr<Connection>> client =
+        Connect(setup.client_context(), listener->address());
+    if (!client.ok()) {
+      state.SkipWithError(client.status().ToString().c_str());
+      break;
+    }
+    std::unique_ptr<Connection> server = acceptor.Take();
+    if (!(*client)->Close(DeadlineIn(seconds(5))).ok() ||
+        !server->Close(DeadlineIn(seconds(5))).ok()) {
+      state.SkipWithError("close failed");
+      break;
+    }
+  }
+}
+BENCHMARK(BM_ConnectionSetup)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace rdma_transport
+
+BENCHMARK_MAIN();

@@ -82,6 +82,23 @@ absl::StatusOr<BenchMode> SessionFlags::Mode(
   return BenchMode::kSelf;
 }
 
+double CycleClock::MicrosecondsPerTick() {
+  static const double us_per_tick = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    const Clock::time_point t0 = Clock::now();
+    const uint64_t c0 = Now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const uint64_t c1 = Now();
+    const Clock::time_point t1 = Clock::now();
+    return std::chrono::duration<double, std::micro>(t1 - t0).count() /
+           static_cast<double>(c1 - c0);
+#else
+    return 1e-3;
+#endif
+  }();
+  return us_per_tick;
+}
+
 int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
              const SessionFlags& session, const ConnectionOptions& options,
              const BenchRoles& roles) {

@@ -41,6 +41,9 @@
 
 namespace rdma_transport {
 
+// Messages between two deadline refreshes in the measured loops.
+inline constexpr uint64_t kDeadlineRefresh = 256;
+
 // Control messages (plans, replies) must fit every slot.
 inline constexpr uint32_t kControlMessageSize = 512;
 
@@ -51,7 +54,10 @@ struct SessionFlags {
   bool self = false;
   std::string listen = "0.0.0.0:18515";
   std::string connect;
-  int64_t timeout_s = 10;  // any single wait
+  // Seconds without progress before a run fails. The hot loops refresh
+  // their deadline every kDeadlineRefresh messages, not at each (a clock
+  // read per message is not free everywhere, see CycleClock).
+  int64_t timeout_s = 10;
   std::string csv;
   std::string json;
 
@@ -72,6 +78,30 @@ struct BenchRoles {
 int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
              const SessionFlags& session, const ConnectionOptions& options,
              const BenchRoles& roles);
+
+// --- Timing: the cycle counter, as perftest does ---
+//
+// perftest stamps every post with the CPU's cycle counter (get_cycles()),
+// which costs a few nanoseconds anywhere. clock_gettime is as cheap only
+// where the kernel's clocksource is the TSC: in the qemu TCG guest of the
+// Soft-RoCE stage it is the HPET, and every call is a system call of about
+// 2 us, which would land inside each sample. On x86 CycleClock reads the
+// TSC, calibrated against the steady clock once (about 20 ms); elsewhere it
+// is the steady clock in nanoseconds.
+class CycleClock {
+ public:
+  static uint64_t Now() {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_ia32_rdtsc();
+#else
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               Clock::now().time_since_epoch())
+        .count();
+#endif
+  }
+  // Microseconds per tick; calibrated on the first call.
+  static double MicrosecondsPerTick();
+};
 
 // --- Stamps: the first and the last 8 bytes of a message carry a value ---
 

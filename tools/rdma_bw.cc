@@ -59,28 +59,48 @@ struct BwResult {
   double mpps = 0;
 };
 
-// Times at slice boundaries -> the result for `count` messages of `size`.
-BwResult Compute(uint32_t size, uint64_t count,
-                 const std::vector<Clock::time_point>& marks) {
-  BwResult result;
-  result.seconds =
-      std::chrono::duration<double>(marks.back() - marks.front()).count();
-  const double bits = 8.0 * size * count;
-  result.average_gbps = bits / result.seconds / 1e9;
-  result.mpps = count / result.seconds / 1e6;
-  const double slice_bits = bits / kSlices;
-  for (size_t i = 2; i < marks.size(); ++i) {
-    const double s =
-        std::chrono::duration<double>(marks[i] - marks[i - 1]).count();
-    if (s > 0)
-      result.peak_gbps = std::max(result.peak_gbps, slice_bits / s / 1e9);
+// Progress marks of a timed run: (messages done, when), from (0, start)
+// to (count, end), one about every count / kSlices messages.
+class Marks {
+ public:
+  void Start(uint64_t count) {
+    count_ = count;
+    marks_.clear();
+    marks_.push_back({0, Clock::now()});
   }
-  result.peak_gbps = std::max(result.peak_gbps, result.average_gbps);
-  return result;
-}
+  // After `done` messages; records a mark once a slice has passed.
+  void Progress(uint64_t done) {
+    if ((done - marks_.back().first) * kSlices >= count_ && done < count_) {
+      marks_.push_back({done, Clock::now()});
+    }
+  }
+  void Finish() { marks_.push_back({count_, Clock::now()}); }
 
-// Slice boundary k of `count` messages: after message boundary(k) - 1.
-uint64_t SliceEnd(uint64_t count, int k) { return count * k / kSlices; }
+  // Average over the whole run; peak over the best slice but the first,
+  // which only fills the window.
+  BwResult Compute(uint32_t size) const {
+    BwResult result;
+    auto seconds = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
+    result.seconds = seconds(marks_.front().second, marks_.back().second);
+    result.average_gbps = 8.0 * size * count_ / result.seconds / 1e9;
+    result.mpps = count_ / result.seconds / 1e6;
+    for (size_t i = 2; i < marks_.size(); ++i) {
+      const double s = seconds(marks_[i - 1].second, marks_[i].second);
+      const uint64_t n = marks_[i].first - marks_[i - 1].first;
+      if (s > 0) {
+        result.peak_gbps = std::max(result.peak_gbps, 8.0 * size * n / s / 1e9);
+      }
+    }
+    result.peak_gbps = std::max(result.peak_gbps, result.average_gbps);
+    return result;
+  }
+
+ private:
+  uint64_t count_ = 0;
+  std::vector<std::pair<uint64_t, Clock::time_point>> marks_;
+};
 
 absl::Status ExpectText(Connection& connection, std::span<std::byte> scratch,
                         const std::string& want, Deadline deadline) {
@@ -211,7 +231,7 @@ class BwClient {
       message[i] = static_cast<std::byte>(i * 13 + 5);
     }
     const uint64_t count = flags_.iterations;
-    std::vector<Clock::time_point> marks;
+    Marks marks;
     for (uint32_t size : sizes_) {
       std::span<std::byte> m(message.data(), size);
       // Warm-up, acknowledged, then the timed stream.
@@ -226,28 +246,25 @@ class BwClient {
           !status.ok()) {
         return status;
       }
-      marks.clear();
-      marks.push_back(Clock::now());
-      int slice = 1;
-      Deadline deadline = marks.front() + session_.timeout();
+      marks.Start(count);
+      Deadline deadline = DeadlineIn(session_.timeout());
       for (uint64_t i = 0; i < count; ++i) {
         Stamp(m, StampValue(size, i));
+        if (i % kDeadlineRefresh == 0) {
+          deadline = DeadlineIn(session_.timeout());
+        }
         if (absl::Status status = connection_.Send(m, deadline); !status.ok()) {
           return status;
         }
-        if (i + 1 == SliceEnd(count, slice) && slice < kSlices) {
-          marks.push_back(Clock::now());
-          deadline = marks.back() + session_.timeout();
-          ++slice;
-        }
+        marks.Progress(i + 1);
       }
       if (absl::Status status =
               ExpectText(connection_, scratch_, "ACK", Soon());
           !status.ok()) {
         return status;
       }
-      marks.push_back(Clock::now());
-      Print("send", size, count, Compute(size, count, marks));
+      marks.Finish();
+      Print("send", size, count, marks.Compute(size));
     }
     return absl::OkStatus();
   }
@@ -282,15 +299,14 @@ class BwClient {
     std::printf("%s\n", Header("RDMA Write").c_str());
 
     std::vector<RdmaOp> ops(ring);
-    std::vector<Clock::time_point> marks;
+    Marks marks;
     for (uint32_t size : sizes_) {
       // ops[j] writes local slot j to remote slot j.
       for (size_t j = 0; j < ring; ++j) {
         ops[j] = RdmaOp{&*region, j * size, size, remote, j * uint64_t{size}};
       }
       auto write_range = [&](uint64_t first, uint64_t count,
-                             uint64_t stamp_base, int* slice,
-                             std::vector<Clock::time_point>* times) {
+                             uint64_t stamp_base, Marks* progress) {
         for (uint64_t done = 0; done < count;) {
           const size_t n = std::min<uint64_t>(ring, count - done);
           for (size_t j = 0; j < n; ++j) {
@@ -302,29 +318,22 @@ class BwClient {
             return status;
           }
           done += n;
-          if (times != nullptr && *slice < kSlices &&
-              done >= SliceEnd(count, *slice)) {
-            times->push_back(Clock::now());
-            ++*slice;
-          }
+          if (progress != nullptr) progress->Progress(done);
         }
         return absl::OkStatus();
       };
-      int unused = 0;
       if (absl::Status status =
-              write_range(0, flags_.warmup, 1ull << 32, &unused, nullptr);
+              write_range(0, flags_.warmup, 1ull << 32, nullptr);
           !status.ok()) {
         return status;
       }
       const uint64_t count = flags_.iterations;
-      marks.clear();
-      marks.push_back(Clock::now());
-      int slice = 1;
-      if (absl::Status status = write_range(0, count, 0, &slice, &marks);
+      marks.Start(count);
+      if (absl::Status status = write_range(0, count, 0, &marks);
           !status.ok()) {
         return status;
       }
-      marks.push_back(Clock::now());
+      marks.Finish();
       // The server checks what landed.
       if (absl::Status status = SendText(
               connection_, absl::StrCat("CHECK ", size, " ", count), Soon());
@@ -336,7 +345,7 @@ class BwClient {
           !status.ok()) {
         return status;
       }
-      Print("write", size, count, Compute(size, count, marks));
+      Print("write", size, count, marks.Compute(size));
     }
     return region->Release();
   }

@@ -105,22 +105,23 @@ absl::Status Client(Connection& connection, const BenchBackend& backend,
   const uint64_t total = static_cast<uint64_t>(flags.warmup + flags.iterations);
   std::vector<double> samples;
   samples.reserve(flags.iterations);
+  const double us_per_tick = CycleClock::MicrosecondsPerTick();
   for (uint32_t size : sizes) {
     samples.clear();
     const uint64_t inline_before = connection.stats().inline_sends;
     std::span<std::byte> message(ping.data(), size);
+    Deadline deadline = DeadlineIn(session.timeout());
     for (uint64_t i = 0; i < total; ++i) {
       const uint64_t value = StampValue(size, i);
       Stamp(message, value);
-      const Clock::time_point start = Clock::now();
-      if (absl::Status status =
-              connection.Send(message, start + session.timeout());
+      if (i % kDeadlineRefresh == 0) deadline = DeadlineIn(session.timeout());
+      const uint64_t start = CycleClock::Now();
+      if (absl::Status status = connection.Send(message, deadline);
           !status.ok()) {
         return status;
       }
-      absl::StatusOr<size_t> n =
-          connection.Receive(pong, start + session.timeout());
-      const Clock::time_point end = Clock::now();
+      absl::StatusOr<size_t> n = connection.Receive(pong, deadline);
+      const uint64_t end = CycleClock::Now();
       if (!n.ok()) return n.status();
       if (*n != size || !HasStamp({pong.data(), *n}, value)) {
         std::string text(reinterpret_cast<const char*>(pong.data()),
@@ -134,8 +135,7 @@ absl::Status Client(Connection& connection, const BenchBackend& backend,
             HasStamp({pong.data(), *n}, value) ? "the right" : "a wrong"));
       }
       if (i >= static_cast<uint64_t>(flags.warmup)) {
-        samples.push_back(
-            std::chrono::duration<double, std::micro>(end - start).count() / 2);
+        samples.push_back(static_cast<double>(end - start) * us_per_tick / 2);
       }
     }
     const uint64_t inline_sends =
@@ -233,9 +233,10 @@ absl::Status Server(Connection& connection, const BenchBackend& backend,
   }
   const uint64_t total = static_cast<uint64_t>(*warmup + *iterations);
   for (uint32_t size : *sizes) {
+    Deadline deadline = DeadlineIn(session.timeout());
     for (uint64_t i = 0; i < total; ++i) {
-      absl::StatusOr<size_t> n =
-          connection.Receive(buffer, DeadlineIn(session.timeout()));
+      if (i % kDeadlineRefresh == 0) deadline = DeadlineIn(session.timeout());
+      absl::StatusOr<size_t> n = connection.Receive(buffer, deadline);
       if (!n.ok()) return n.status();
       if (*n != size || !HasStamp({buffer.data(), *n}, StampValue(size, i))) {
         const std::string why = absl::StrFormat(
@@ -247,8 +248,7 @@ absl::Status Server(Connection& connection, const BenchBackend& backend,
                        DeadlineIn(session.timeout()));
         return absl::DataLossError(why);
       }
-      if (absl::Status status = connection.Send({buffer.data(), *n},
-                                                DeadlineIn(session.timeout()));
+      if (absl::Status status = connection.Send({buffer.data(), *n}, deadline);
           !status.ok()) {
         return status;
       }

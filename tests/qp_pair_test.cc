@@ -149,16 +149,17 @@ class QpPairTest : public ::testing::Test {
     return send_inline;
   }
 
-  // Polls `side`'s CQ until one completion, for at most 10 s.
-  ibv_wc PollOne(Side& side) {
+  // Polls `side`'s CQ until one completion, for at most `limit`.
+  ibv_wc PollOne(Side& side,
+                 std::chrono::seconds limit = std::chrono::seconds(10)) {
     ibv_wc wc = {};
-    const Deadline deadline = DeadlineIn(std::chrono::seconds(10));
+    const Deadline deadline = DeadlineIn(limit);
     while (Clock::now() < deadline) {
       absl::StatusOr<int> n = verbs().PollCq(side.cq, 1, &wc);
       EXPECT_TRUE(n.ok()) << n.status();
       if (!n.ok() || *n == 1) return wc;
     }
-    ADD_FAILURE() << "no completion within 10 s";
+    ADD_FAILURE() << "no completion within " << limit.count() << " s";
     wc.status = IBV_WC_GENERAL_ERR;
     return wc;
   }
@@ -191,8 +192,8 @@ class QpPairTest : public ::testing::Test {
 };
 
 TEST_F(QpPairTest, BringsUpAPairAndMovesBytesInlineAndNot) {
-  Open();
-  ConnectBoth();
+  ASSERT_NO_FATAL_FAILURE(Open());
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
   const uint32_t usable = a_.qp.usable_inline;
   ASSERT_GT(usable, 0u) << "the device granted no inline data";
   const std::vector<size_t> sizes = {0,          1,    16,   usable - 1, usable,
@@ -214,7 +215,7 @@ TEST_F(QpPairTest, BringsUpAPairAndMovesBytesInlineAndNot) {
 }
 
 TEST_F(QpPairTest, SecondQpStartsAtTheCachedInlineSize) {
-  Open();
+  ASSERT_NO_FATAL_FAILURE(Open());
   RcQpCaps caps;
   absl::StatusOr<NegotiatedQp> second =
       a_.context->CreateRcQp(caps, a_.cq, a_.cq);
@@ -228,7 +229,7 @@ TEST_F(QpPairTest, SecondQpStartsAtTheCachedInlineSize) {
 TEST_F(QpPairTest, AskingTooMuchStepsDownToWhatTheProviderGrants) {
   TransportOptions options;
   options.max_inline = 1024;  // more than rxe (512) or mlx5 (828) grant
-  Open(options);
+  ASSERT_NO_FATAL_FAILURE(Open(options));
   const std::vector<uint32_t>& attempts = a_.qp.attempts;
   ASSERT_GE(attempts.size(), 2u) << "the device accepted 1024 inline bytes";
   EXPECT_EQ(attempts.front(), 1024u);
@@ -236,7 +237,7 @@ TEST_F(QpPairTest, AskingTooMuchStepsDownToWhatTheProviderGrants) {
     EXPECT_EQ(attempts[i], attempts[i - 1] - 16);
   }
   EXPECT_GE(a_.qp.granted_inline, a_.qp.requested_inline);
-  ConnectBoth();
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
   int inline_count = 0;
   ExchangeAndCheck(a_, b_, a_.qp.usable_inline, 7, std::byte{0x5a},
                    &inline_count);
@@ -246,10 +247,10 @@ TEST_F(QpPairTest, AskingTooMuchStepsDownToWhatTheProviderGrants) {
 TEST_F(QpPairTest, InlineOffMeansNoInlineSends) {
   TransportOptions options;
   options.max_inline = 0;
-  Open(options);
+  ASSERT_NO_FATAL_FAILURE(Open(options));
   EXPECT_EQ(a_.qp.usable_inline, 0u);
   EXPECT_EQ(a_.qp.attempts, std::vector<uint32_t>{0});
-  ConnectBoth();
+  ASSERT_NO_FATAL_FAILURE(ConnectBoth());
   int inline_count = 0;
   ExchangeAndCheck(a_, b_, 8, 9, std::byte{0x11}, &inline_count);
   EXPECT_EQ(inline_count, 0);

@@ -92,14 +92,10 @@ absl::Status WriteOneDevice(Verbs& verbs, const std::string& name,
         "  port %u: %s, link layer %s, active MTU %d, lid %u\n", port,
         PortStateName(attr.state), LinkLayerName(attr.link_layer),
         MtuBytes(attr.active_mtu), attr.lid);
-    std::vector<ibv_gid_entry> entries(std::max<size_t>(attr.gid_tbl_len, 1) *
-                                       device.phys_port_cnt);
-    absl::StatusOr<size_t> count =
-        verbs.QueryGidTable((*context)->device(), entries);
-    if (!count.ok()) return count.status();
-    for (size_t i = 0; i < *count && i < entries.size(); ++i) {
-      const ibv_gid_entry& entry = entries[i];
-      if (entry.port_num != port) continue;
+    absl::StatusOr<std::vector<ibv_gid_entry>> entries =
+        ReadGidTable(verbs, (*context)->device(), port, attr);
+    if (!entries.ok()) return entries.status();
+    for (const ibv_gid_entry& entry : *entries) {
       const bool chosen = port == (*context)->config().port &&
                           entry.gid_index == (*context)->gid().index;
       out << absl::StrFormat(

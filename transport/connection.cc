@@ -132,6 +132,15 @@ absl::Status Connection::CreateResources() {
                      context_.device_name(), "'s max_qp_wr ", device_max_wr));
   }
   signal_interval_ = std::clamp<uint32_t>(o.send_slots / 4, 1, 16);
+  if (o.completion_timeout.count() > 0) {
+    completion_timeout_ = o.completion_timeout;
+  } else {
+    const TransportConfig& config = context_.config();
+    const auto retry_budget = std::chrono::nanoseconds(
+        4096ll * (1ll << config.ack_timeout) * (config.retry_count + 1));
+    completion_timeout_ =
+        std::max<Clock::duration>(4 * retry_budget, std::chrono::seconds(2));
+  }
 
   if (o.progress == ProgressMode::kEvent) {
     absl::StatusOr<ibv_comp_channel*> channel =
@@ -264,6 +273,9 @@ absl::Status Connection::RepostLocked(uint32_t slot) {
 }
 
 absl::Status Connection::PostSendLocked(ibv_send_wr* first, uint32_t count) {
+  // The watchdog measures from when the queue became busy, not from an old
+  // completion.
+  if (signaled_end_ <= sq_completed_) send_progress_time_ = Clock::now();
   ibv_send_wr* wr = first;
   for (uint32_t i = 0; i < count; ++i, wr = wr->next) {
     const uint64_t seq = sq_posted_ + i;
@@ -272,8 +284,12 @@ absl::Status Connection::PostSendLocked(ibv_send_wr* first, uint32_t count) {
         unsignaled_run_ + 1 >= signal_interval_) {
       wr->send_flags |= IBV_SEND_SIGNALED;
     }
-    unsignaled_run_ =
-        (wr->send_flags & IBV_SEND_SIGNALED) ? 0 : unsignaled_run_ + 1;
+    if (wr->send_flags & IBV_SEND_SIGNALED) {
+      unsignaled_run_ = 0;
+      signaled_end_ = seq + 1;
+    } else {
+      ++unsignaled_run_;
+    }
   }
   ibv_send_wr* bad = nullptr;
   absl::Status status = verbs_.PostSend(inline_.qp, first, &bad);
@@ -334,7 +350,10 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   const uint8_t kind = static_cast<uint8_t>(wc.wr_id >> 56);
   const uint64_t value = wc.wr_id & kWrValueMask;
   if (kind != static_cast<uint8_t>(WrKind::kRecv)) {
-    sq_completed_ = std::max(sq_completed_, value + 1);
+    if (value + 1 > sq_completed_) {
+      sq_completed_ = value + 1;
+      send_progress_time_ = Clock::now();
+    }
     if (kind == static_cast<uint8_t>(WrKind::kKeepalive)) {
       keepalive_outstanding_ = false;
     }
@@ -404,8 +423,27 @@ bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
   return true;
 }
 
+void Connection::CheckStalledLocked() {
+  if (!failure_.ok() || signaled_end_ <= sq_completed_ ||
+      inline_.qp == nullptr) {
+    return;
+  }
+  const Clock::duration stalled = Clock::now() - send_progress_time_;
+  if (stalled <= completion_timeout_) return;
+  FailLocked(absl::UnavailableError(absl::StrCat(
+      name_, ": no completion for ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(stalled).count(),
+      " ms with ", signaled_end_ - sq_completed_,
+      " work request(s) outstanding; the peer is unreachable or gone (the "
+      "provider did not report it)")));
+  // Flush what is queued so nothing still refers to the caller's memory.
+  (void)ModifyQpToError(verbs_, inline_.qp);
+}
+
 absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
                                     Deadline deadline) {
+  CheckStalledLocked();
+  if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
   const Clock::time_point now = Clock::now();
   if (now >= deadline) {
     // Before giving up in kEvent mode, consume the channel's events and arm
@@ -449,6 +487,10 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   Deadline wake = deadline;
   if (options_.keepalive_interval.count() > 0) {
     wake = std::min(wake, last_activity_ + options_.keepalive_interval);
+  }
+  if (signaled_end_ > sq_completed_) {
+    wake = std::min(wake, send_progress_time_ + completion_timeout_ +
+                              std::chrono::milliseconds(1));
   }
   const int channel_fd = channel_->fd;
   lock.unlock();

@@ -34,10 +34,11 @@
 // Liveness and close. Check() sends a zero-byte inline RDMA WRITE and
 // reports a dead peer; a Receive() idle for `keepalive_interval` does the
 // same, so a vanished peer ends every wait with kUnavailable instead of a
-// hang. Close() sends a zero-byte WRITE_WITH_IMM "close" after everything
-// already posted, waits for it, and releases the QP, CQ and rings. A peer's
-// close lets Receive() return the messages that arrived before it, then
-// kUnavailable.
+// hang. A peer is also declared gone when a signalled work request sees no
+// completion for `completion_timeout`, for providers that never report it.
+// Close() sends a zero-byte WRITE_WITH_IMM "close" after everything already
+// posted, waits for it, and releases the QP, CQ and rings. A peer's close lets
+// Receive() return the messages that arrived before it, then kUnavailable.
 //
 // Errors. The first failed completion is turned into a Status naming the
 // connection, the operation and the ibv_wc status (kUnavailable when the
@@ -96,6 +97,12 @@ struct ConnectionOptions {
   std::chrono::milliseconds handshake_timeout{5000};
   // A Receive() idle this long probes the peer; 0 disables.
   std::chrono::milliseconds keepalive_interval{1000};
+  // A signalled work request outstanding this long with no completion at
+  // all means the peer is gone, whatever the provider says; 0: four times
+  // the QP's retry budget (4.096 us * 2^timeout * (retry_cnt + 1)), at least
+  // 2 s. Soft-RoCE in Linux 6.1 retransmits forever to a dead peer instead
+  // of completing with IBV_WC_RETRY_EXC_ERR; this bounds every wait anyway.
+  std::chrono::milliseconds completion_timeout{0};
   // Shared secret: a server with a token rejects clients without the same.
   std::string token;
   // For error messages; the setup code fills in the addresses when empty.
@@ -205,6 +212,9 @@ class Connection {
                           Deadline deadline);
   // Takes and acknowledges every completion event on the channel (kEvent).
   void DrainChannelLocked();
+  // Fails the connection when a signalled work request has waited longer
+  // than completion_timeout_ with no send completion at all.
+  void CheckStalledLocked();
   bool SqHasRoomLocked(uint32_t wrs) const {
     return sq_posted_ - sq_completed_ + wrs <= sq_depth_;
   }
@@ -256,6 +266,11 @@ class Connection {
   // Unsignalled work requests posted since the last signalled one; kept
   // below signal_interval_ so a completion always comes to free resources.
   uint32_t unsignaled_run_ = 0;
+  // One past the sequence of the last signalled work request, and when the
+  // send queue last made progress (or became busy): the watchdog's inputs.
+  uint64_t signaled_end_ = 0;
+  Clock::time_point send_progress_time_;
+  Clock::duration completion_timeout_{};
   // Send slots are used round robin; each remembers the sequence of the
   // send that used it, and is free once that sequence has completed.
   std::vector<uint64_t> send_slot_seq_;

@@ -112,6 +112,49 @@ TEST_F(ContextTest, NoUsableGidIsNotFoundAndListsTheTable) {
   EXPECT_THAT(context.status().message(), HasSubstr("mlx5_0 port 1"));
 }
 
+TEST_F(ContextTest, GidTableFallsBackToOneEntryAtATime) {
+  // An old kernel without the table query; index 2 is empty.
+  EXPECT_CALL(verbs_, QueryGidTable(&device_, _))
+      .WillOnce(Return(VerbsError("ibv_query_gid_table", EOPNOTSUPP)));
+  port_attr_.gid_tbl_len = 4;
+  ON_CALL(verbs_, QueryPort(&device_, 1, _))
+      .WillByDefault(
+          DoAll(SetArgPointee<2>(port_attr_), Return(absl::OkStatus())));
+  const std::vector<ibv_gid_entry> table = {
+      GidEntry(0, "fe80::1", IBV_GID_TYPE_ROCE_V2),
+      GidEntry(1, "::ffff:10.0.0.9", IBV_GID_TYPE_ROCE_V1), ibv_gid_entry{},
+      GidEntry(3, "::ffff:10.0.0.9", IBV_GID_TYPE_ROCE_V2)};
+  EXPECT_CALL(verbs_, QueryGid(&device_, 1, _, _))
+      .Times(4)
+      .WillRepeatedly(Invoke([&](ibv_context*, uint8_t, uint32_t index,
+                                 ibv_gid_entry* entry) -> absl::Status {
+        if (index == 2) return VerbsError("ibv_query_gid_ex", ENODATA);
+        *entry = table[index];
+        return absl::OkStatus();
+      }));
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 3u);
+}
+
+TEST_F(ContextTest, GidTableQueryIsSizedToThePortsTable) {
+  // rxe's table has 1024 entries; the kernel refuses buffers over 64 KiB.
+  port_attr_.gid_tbl_len = 1024;
+  ON_CALL(verbs_, QueryPort(&device_, 1, _))
+      .WillByDefault(
+          DoAll(SetArgPointee<2>(port_attr_), Return(absl::OkStatus())));
+  EXPECT_CALL(verbs_, QueryGidTable(&device_, _))
+      .WillOnce(Invoke([this](ibv_context*, std::span<ibv_gid_entry> out)
+                           -> absl::StatusOr<size_t> {
+        EXPECT_EQ(out.size(), 1024u);
+        std::copy(gids_.begin(), gids_.end(), out.begin());
+        return gids_.size();
+      }));
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 3u);
+}
+
 TEST_F(ContextTest, ConfiguredGidIndexIsQueriedAndUsed) {
   EXPECT_CALL(verbs_, QueryGidTable).Times(0);
   EXPECT_CALL(verbs_, QueryGid(&device_, 1, 2, _))

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -47,6 +48,44 @@ const char* GidTypeName(ibv_gid_type type) {
   return "unknown";
 }
 
+absl::StatusOr<std::vector<ibv_gid_entry>> ReadGidTable(
+    Verbs& verbs, ibv_context* context, uint8_t port,
+    const ibv_port_attr& port_attr) {
+  // The ioctl's attribute length is 16 bits: at most 2047 32-byte entries.
+  constexpr size_t kMaxTableQuery = 65535 / sizeof(ibv_gid_entry);
+  const size_t table_length = std::max<int>(port_attr.gid_tbl_len, 1);
+  std::vector<ibv_gid_entry> entries;
+  if (table_length <= kMaxTableQuery) {
+    entries.resize(table_length);
+    absl::StatusOr<size_t> count = verbs.QueryGidTable(context, entries);
+    if (count.ok() && *count <= entries.size()) {
+      entries.resize(*count);
+      // The table holds every port's entries; keep this port's.
+      std::erase_if(entries, [port](const ibv_gid_entry& entry) {
+        return entry.port_num != port;
+      });
+      std::sort(entries.begin(), entries.end(),
+                [](const ibv_gid_entry& a, const ibv_gid_entry& b) {
+                  return a.gid_index < b.gid_index;
+                });
+      return entries;
+    }
+    // EINVAL: more valid entries than one port's table (several ports);
+    // EOPNOTSUPP: an old kernel. Ask entry by entry instead.
+  }
+  entries.clear();
+  for (uint32_t index = 0; index < table_length; ++index) {
+    ibv_gid_entry entry = {};
+    absl::Status status = verbs.QueryGid(context, port, index, &entry);
+    if (status.ok()) {
+      entries.push_back(entry);
+    } else if (VerbsErrno(status) != ENODATA) {
+      return WithContext(status, absl::StrCat("reading GID ", index));
+    }
+  }
+  return entries;
+}
+
 absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
                                       std::string_view device_name,
                                       uint8_t port,
@@ -74,16 +113,13 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
     return SelectedGid{0, entry.gid, static_cast<ibv_gid_type>(entry.gid_type)};
   }
 
-  const size_t capacity = std::max<size_t>(port_attr.gid_tbl_len, 1) * 4;
-  std::vector<ibv_gid_entry> entries(capacity);
-  absl::StatusOr<size_t> count = verbs.QueryGidTable(context, entries);
-  if (!count.ok()) return count.status();
-  entries.resize(std::min(*count, capacity));
+  absl::StatusOr<std::vector<ibv_gid_entry>> entries =
+      ReadGidTable(verbs, context, port, port_attr);
+  if (!entries.ok()) return entries.status();
 
   const ibv_gid_entry* best = nullptr;
   std::string seen;
-  for (const ibv_gid_entry& entry : entries) {
-    if (entry.port_num != port) continue;
+  for (const ibv_gid_entry& entry : *entries) {
     absl::StrAppend(&seen, seen.empty() ? "" : ", ", entry.gid_index, "=",
                     FormatGid(entry.gid), " (",
                     GidTypeName(static_cast<ibv_gid_type>(entry.gid_type)),

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "verbs_shim/verbs.h"
@@ -31,6 +32,15 @@ struct SelectedGid {
   ibv_gid gid = {};
   ibv_gid_type gid_type = IBV_GID_TYPE_IB;
 };
+
+// Every valid GID entry of `port`, in index order. Uses ibv_query_gid_table
+// with a buffer of the port's table size (the kernel refuses buffers beyond
+// 64 KiB with EINVAL, i.e. 2047 entries), and falls back to querying entry
+// by entry (ibv_query_gid_ex; empty entries skipped) when the table query is
+// refused or unsupported.
+absl::StatusOr<std::vector<ibv_gid_entry>> ReadGidTable(
+    Verbs& verbs, ibv_context* context, uint8_t port,
+    const ibv_port_attr& port_attr);
 
 absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
                                       std::string_view device_name,

@@ -222,7 +222,11 @@ for assignment in "${envs[@]}"; do
 done
 
 install -m 0755 "$here/guest_init.sh" "$stage/init"
-install -m 0644 "$here/guest_topology.sh" "$stage/softroce/guest_topology.sh"
+# Every guest script, so that one may source or call the others.
+for script in "$here"/guest_*.sh; do
+  [[ "$(basename "$script")" == guest_init.sh ]] && continue
+  install -m 0755 "$script" "$stage/softroce/$(basename "$script")"
+done
 install -m 0755 "$guest_script" "$stage/softroce/guest_script.sh"
 
 # The kernel opens /dev/console for /init before devtmpfs is mounted.

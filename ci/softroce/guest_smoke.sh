@@ -20,15 +20,13 @@ set -euo pipefail
 source "$SOFTROCE_DIR/guest_topology.sh"
 
 out=${ARTIFACTS:-/artifacts}
-summary="$out/summary.txt"
+summary=${SMOKE_SUMMARY:-$out/summary.txt}
 : >"$summary"
 failures=0
+# shellcheck source=ci/softroce/guest_lib.sh
+source "$SOFTROCE_DIR/guest_lib.sh"
 step_timeout=120 # a hung QP fails its check instead of running into the VM timeout
 
-report() { # PASS|FAIL|INFO, text
-  if [[ "$1" == FAIL ]]; then failures=$((failures + 1)); fi
-  printf '%-4s %s\n' "$1" "$2" | tee -a "$summary"
-}
 
 # --- 1. devices --------------------------------------------------------------
 ibv_devices >"$out/ibv_devices.txt" 2>&1 || true
@@ -48,56 +46,6 @@ for pair in "$RXE_A:veth0:$GID_A" "$RXE_B:veth1:$GID_B" "$RXE_LO:dummy0:$GID_LO"
     report FAIL "device $detail (want listed, 0xffffff, PORT_ACTIVE, 1024)"
   fi
 done
-
-# --- helpers -----------------------------------------------------------------
-capture_pid=''
-start_capture() { # name: tcpdump on veth0, UDP/4791, into $out/<name>.pcap
-  local name=$1
-  # Buffered capture with a large ring: --immediate-mode wakes tcpdump per
-  # packet, and under TCG it then loses packets ("dropped by kernel").
-  tcpdump -i veth0 -n -U -B 16384 -Z root -w "$out/$name.pcap" udp port 4791 \
-    2>"$out/$name.tcpdump.txt" &
-  capture_pid=$!
-  for _ in {1..100}; do
-    grep -q 'listening on' "$out/$name.tcpdump.txt" && return 0
-    sleep 0.1
-  done
-  echo "tcpdump did not start:" >&2
-  cat "$out/$name.tcpdump.txt" >&2
-  return 1
-}
-stop_capture() {
-  # Packets sit in a capture ring block until it fills or its 1 s timeout
-  # retires it; a block still open at SIGINT is lost.
-  sleep 1.5
-  kill -INT "$capture_pid" 2>/dev/null || true
-  wait "$capture_pid" 2>/dev/null || true
-}
-
-wait_listening() { # tcp port
-  for _ in {1..100}; do
-    ss -Hltn "sport = :$1" | grep -q . && return 0
-    sleep 0.1
-  done
-  return 1
-}
-
-# Prints "<packets> <with tos> <forward> <reverse> <tos histogram>" for a capture:
-# packets in each direction between IP_A and IP_B and how many carry TOS $2.
-tos_counts() { # pcap, tos (e.g. 0x88)
-  tcpdump -n -v -t -r "$1" 2>/dev/null | awk -v tos="$2" -v a="$IP_A" -v b="$IP_B" '
-    /^IP \(tos / { t = $3; sub(",", "", t); next }
-    / > / && t != "" {
-      n++; hist[t]++; if (t == tos) ok++
-      split($1, src, "."); s = src[1] "." src[2] "." src[3] "." src[4]
-      if (s == a) fwd++; else if (s == b) rev++
-      t = ""
-    }
-    END {
-      h = ""; for (k in hist) h = h k "=" hist[k] " "
-      printf "%d %d %d %d %s\n", n, ok, fwd, rev, h
-    }'
-}
 
 # --- 2. traffic class on the wire -------------------------------------------
 port=18515
@@ -126,10 +74,7 @@ tos_check() { # label, tclass ('' = unset), expected tos
   cat "$out/$name-client.txt"
   local packets with fwd rev hist dropped seen latency
   read -r packets with fwd rev hist < <(tos_counts "$out/$name.pcap" "$tos")
-  # The check needs the whole connection: anything the filter saw but the
-  # capture lost fails it, visibly, rather than passing on a sample.
-  dropped=$(grep -o '[0-9]* packets dropped by kernel' "$out/$name.tcpdump.txt" | cut -d' ' -f1)
-  seen=$(grep -o '[0-9]* packets received by filter' "$out/$name.tcpdump.txt" | cut -d' ' -f1)
+  read -r seen dropped < <(capture_loss "$name")
   # perftest prints: #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
   latency=$(awk '/t_typical/ { getline; printf "t_min %s us, t_typical %s us, t_avg %s us, 99.9%% %s us", $3, $5, $6, $9 }' \
     "$out/$name-client.txt")

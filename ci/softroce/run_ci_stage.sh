@@ -3,8 +3,12 @@
 #
 #   ci/softroce/run_ci_stage.sh [--out-dir DIR] [run_vm.sh arguments...]
 #
-# Installs the vm packages, fetches (or reuses) Debian's kernel, boots the VM
-# and runs guest_smoke.sh in it, then prints a summary. Artifacts (summary.txt,
+# Installs the vm packages, builds the project's binaries for the guest
+# (bazel -c opt: rdma_devices, the QP pair test, the end-to-end suite over
+# libibverbs, and rdma_pingpong / rdma_bw when they exist), fetches (or
+# reuses) Debian's kernel, boots the VM and runs guest_ci.sh in it, then
+# prints a summary. SOFTROCE_GUEST=smoke runs guest_smoke.sh alone instead
+# (rdma-core and perftest only, no build). Artifacts (summary.txt,
 # perftest outputs, tcpdump captures and decodings, console log, guest dmesg)
 # land in DIR, by default .cache/softroce/ in the checkout, emptied first.
 # Further arguments go to run_vm.sh, after the stage's own, so that
@@ -44,6 +48,26 @@ if [[ "${SOFTROCE_SELFTEST:-0}" == 1 ]]; then
   "$here/selftest.sh" || { echo "run_ci_stage: INFRASTRUCTURE FAILURE: run_vm.sh self-test failed"; exit "$EXIT_INFRA"; }
 fi
 
+guest_script="$here/guest_ci.sh"
+binaries=()
+if [[ "${SOFTROCE_GUEST:-ci}" == smoke ]]; then
+  guest_script="$here/guest_smoke.sh"
+else
+  banner "build (bazel -c opt)"
+  targets=(//tools:rdma_devices //tests:qp_pair_ibverbs_test //tests:e2e_ibverbs_test)
+  for optional in rdma_pingpong rdma_bw; do
+    if grep -q "name = \"$optional\"" "$repo/tools/BUILD.bazel"; then targets+=("//tools:$optional"); fi
+  done
+  # A build failure is the code's, not the VM's: a test failure.
+  (cd "$repo" && bazel build -c opt "${targets[@]}") || { echo "run_ci_stage: FAILED to build the guest binaries"; exit 1; }
+  bin_dir=$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)
+  for target in "${targets[@]}"; do
+    path="$bin_dir/${target#//}"
+    path=${path/://}
+    binaries+=(--file "$path:/usr/local/bin/$(basename "$path")")
+  done
+fi
+
 banner "kernel"
 kernel_dir=$("$here/fetch_kernel.sh") || { echo "run_ci_stage: INFRASTRUCTURE FAILURE: cannot fetch the kernel"; exit "$EXIT_INFRA"; }
 
@@ -56,8 +80,9 @@ forward() {
   if [[ -n "$run_vm_pid" ]]; then kill -TERM "$run_vm_pid" 2>/dev/null || true; fi
 }
 trap forward INT TERM HUP
-"$here/run_vm.sh" --guest-script "$here/guest_smoke.sh" --kernel-dir "$kernel_dir" \
-  --out-dir "$out_dir" --timeout "${SOFTROCE_TIMEOUT:-600}" "$@" &
+"$here/run_vm.sh" --guest-script "$guest_script" --kernel-dir "$kernel_dir" \
+  --out-dir "$out_dir" --timeout "${SOFTROCE_TIMEOUT:-600}" \
+  --env "RDMA_TEST_SCALE=${RDMA_TEST_SCALE:-2}" "${binaries[@]}" "$@" &
 run_vm_pid=$!
 while :; do
   status=0

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# rdma_transport over Soft-RoCE, run inside the VM by run_ci_stage.sh on
+# every CI run (the project's binaries come in with --file, see
+# run_ci_stage.sh):
+#
+#   0. the environment: guest_smoke.sh (rdma-core and perftest only), so a
+#      failure below can be told apart from a broken VM
+#   1. rdma_devices lists the three rxe devices with the GID the transport
+#      picks and the inline size it negotiates
+#   2. the QP pair test (tests/qp_pair_test.cc) rxe0 <-> rxe1 across the veth,
+#      under tcpdump: with MC_IB_TC=136 every RoCE packet of its connections,
+#      both ways, carries IP TOS 0x88; with MC_IB_TC=96, 0x60; unset, 0x0.
+#      Its INLINE lines give what rxe granted.
+#   3. the end-to-end suite (tests/e2e_test.cc) over libibverbs: client on
+#      rxe0, server on rxe1, TCP handshake across the veth, at
+#      RDMA_TEST_SCALE percent of the iterations (every case runs)
+#   4. when present, guest_perf.sh: our tools beside perftest
+#
+# Prints one PASS/FAIL/INFO line per check into /artifacts/summary.txt and
+# exits 1 if any check failed.
+set -euo pipefail
+
+# shellcheck source=ci/softroce/guest_topology.sh
+source "$SOFTROCE_DIR/guest_topology.sh"
+
+out=${ARTIFACTS:-/artifacts}
+summary="$out/summary.txt"
+: >"$summary"
+failures=0
+# shellcheck source=ci/softroce/guest_lib.sh
+source "$SOFTROCE_DIR/guest_lib.sh"
+step_timeout=${STEP_TIMEOUT:-300}
+scale=${RDMA_TEST_SCALE:-2}
+export RDMA_TEST_CLIENT_DEVICE=$RXE_A RDMA_TEST_SERVER_DEVICE=$RXE_B
+
+# Prints "<tests run> <passed>" from a gtest log.
+gtest_counts() {
+  local ran passed
+  ran=$(grep -o '^\[==========\] [0-9]* tests\? from' "$1" | tail -1 | awk '{print $2}')
+  passed=$(grep -o '^\[  PASSED  \] [0-9]*' "$1" | tail -1 | awk '{print $4}')
+  echo "${ran:-0} ${passed:-0}"
+}
+
+# --- 0. the environment -------------------------------------------------------
+smoke_rc=0
+SMOKE_SUMMARY="$out/smoke-summary.txt" bash "$SOFTROCE_DIR/guest_smoke.sh" \
+  >"$out/smoke.log" 2>&1 || smoke_rc=$?
+sed 's/^\(PASS\|FAIL\|INFO\) /\1 environment: /' "$out/smoke-summary.txt" | tee -a "$summary"
+if ((smoke_rc != 0)); then
+  failures=$((failures + 1))
+  echo "the VM's RDMA environment itself failed (see smoke.log): results below are suspect"
+fi
+
+# --- 1. rdma_devices ------------------------------------------------------------
+devices_rc=0
+timeout "$step_timeout" rdma_devices >"$out/rdma_devices.txt" 2>&1 || devices_rc=$?
+cat "$out/rdma_devices.txt"
+listed=$(grep -c '^rxe.*vendor 0xffffff' "$out/rdma_devices.txt" || true)
+inline_lines=$(grep -c '^  inline: asked' "$out/rdma_devices.txt" || true)
+chosen=$(grep -c "gid *$GID_A .*<- chosen (auto)" "$out/rdma_devices.txt" || true)
+if ((devices_rc == 0 && listed == 3 && inline_lines == 3 && chosen >= 1)); then
+  report PASS "rdma_devices: 3 rxe devices, RoCE v2 GID $GID_A chosen, inline negotiated on each"
+else
+  report FAIL "rdma_devices: status $devices_rc, $listed devices, $inline_lines inline lines, chosen GID lines $chosen"
+fi
+grep '^  inline: asked' "$out/rdma_devices.txt" | head -1 |
+  sed "s/^  inline:/INFO rdma_devices on rxe: inline/" | tee -a "$summary" || true
+
+# --- 2. the QP pair test, with the traffic class on the wire ------------------
+qp_pair() { # label, MC_IB_TC value ('' = unset), expected TOS, gtest filter
+  local label=$1 tc=$2 tos=$3 filter=$4 name="qp_pair-$1" rc=0
+  start_capture "$name" || { report FAIL "$label: tcpdump did not start"; return; }
+  if [[ -n "$tc" ]]; then
+    MC_IB_TC=$tc timeout "$step_timeout" qp_pair_ibverbs_test --gtest_filter="$filter" \
+      >"$out/$name.log" 2>&1 || rc=$?
+  else
+    env -u MC_IB_TC timeout "$step_timeout" qp_pair_ibverbs_test --gtest_filter="$filter" \
+      >"$out/$name.log" 2>&1 || rc=$?
+  fi
+  stop_capture
+  cat "$out/$name.log"
+  local ran passed packets with fwd rev hist seen dropped
+  read -r ran passed < <(gtest_counts "$out/$name.log")
+  read -r packets with fwd rev hist < <(tos_counts "$out/$name.pcap" "$tos")
+  read -r seen dropped < <(capture_loss "$name")
+  local detail="$with/$packets RoCE packets with IP TOS $tos ($fwd $IP_A->$IP_B, $rev back; TOS seen: ${hist:-none})"
+  if ((rc != 0 || passed != ran || ran == 0)); then
+    report FAIL "QP pair, MC_IB_TC=${tc:-unset}: $passed/$ran tests passed (status $rc); $detail"
+  elif [[ "$dropped" != 0 || "$seen" != "$packets" ]]; then
+    report FAIL "QP pair, MC_IB_TC=${tc:-unset}: capture incomplete ($seen matched, $packets captured, $dropped dropped); $detail"
+  elif ((packets > 0 && with == packets && fwd > 0 && rev > 0)); then
+    report PASS "QP pair, MC_IB_TC=${tc:-unset}: $passed/$ran tests passed; $detail"
+  else
+    report FAIL "QP pair, MC_IB_TC=${tc:-unset}: $passed/$ran tests passed; $detail"
+  fi
+}
+qp_pair tc136 136 0x88 '*'
+grep '^INLINE\|^MOVED' "$out/qp_pair-tc136.log" | sort -u | sed 's/^/INFO /' | tee -a "$summary" || true
+qp_pair tc96 96 0x60 '*BringsUp*'
+qp_pair unset '' 0x0 '*BringsUp*'
+
+# --- 3. the end-to-end suite ---------------------------------------------------
+e2e_rc=0
+RDMA_TEST_SCALE=$scale RDMA_TEST_LISTEN="$IP_B:0" timeout "$step_timeout" e2e_ibverbs_test \
+  --gtest_output="xml:$out/e2e_ibverbs.xml" >"$out/e2e_ibverbs.log" 2>&1 || e2e_rc=$?
+cat "$out/e2e_ibverbs.log"
+read -r ran passed < <(gtest_counts "$out/e2e_ibverbs.log")
+failed_tests=$(grep '^\[  FAILED  \] [A-Za-z]' "$out/e2e_ibverbs.log" | sort -u | awk '{print $4}' | paste -sd' ' - || true)
+if ((e2e_rc == 0 && ran > 0 && passed == ran)); then
+  report PASS "e2e suite over rxe ($RXE_A client, $RXE_B server, RDMA_TEST_SCALE=$scale%): $passed/$ran tests passed"
+else
+  report FAIL "e2e suite over rxe: $passed/$ran tests passed (status $e2e_rc)${failed_tests:+; failed: $failed_tests}"
+fi
+
+# --- 4. performance beside perftest ----------------------------------------------
+if [[ -f "$SOFTROCE_DIR/guest_perf.sh" ]] && command -v rdma_pingpong >/dev/null; then
+  perf_rc=0
+  PERF_SUMMARY="$out/perf-summary.txt" bash "$SOFTROCE_DIR/guest_perf.sh" \
+    >"$out/perf.log" 2>&1 || perf_rc=$?
+  cat "$out/perf.log"
+  if ((perf_rc == 0)); then
+    report INFO "performance beside perftest: see perf.log and the CSV files (not judged)"
+  else
+    report FAIL "performance run failed (status $perf_rc), see perf.log"
+  fi
+fi
+
+echo "=== rdma_transport over Soft-RoCE: summary"
+cat "$summary"
+if ((failures)); then
+  echo "SOFTROCE CI: FAIL ($failures failed checks)"
+  exit 1
+fi
+echo "SOFTROCE CI: PASS"

@@ -1,0 +1,71 @@
+# shellcheck shell=bash
+# Helpers shared by the guest scripts (guest_smoke.sh, guest_ci.sh): packet
+# capture on veth0 and the IP TOS census of a capture. Source after
+# guest_topology.sh; uses $out (the artifact directory) and $IP_A / $IP_B.
+
+capture_pid=''
+start_capture() { # name: tcpdump on veth0, UDP/4791, into $out/<name>.pcap
+  local name=$1
+  # Buffered capture with a large ring: --immediate-mode wakes tcpdump per
+  # packet, and under TCG it then loses packets ("dropped by kernel").
+  tcpdump -i veth0 -n -U -B 16384 -Z root -w "$out/$name.pcap" udp port 4791 \
+    2>"$out/$name.tcpdump.txt" &
+  capture_pid=$!
+  for _ in {1..100}; do
+    grep -q 'listening on' "$out/$name.tcpdump.txt" && return 0
+    sleep 0.1
+  done
+  echo "tcpdump did not start:" >&2
+  cat "$out/$name.tcpdump.txt" >&2
+  return 1
+}
+stop_capture() {
+  # Packets sit in a capture ring block until it fills or its 1 s timeout
+  # retires it; a block still open at SIGINT is lost.
+  sleep 1.5
+  kill -INT "$capture_pid" 2>/dev/null || true
+  wait "$capture_pid" 2>/dev/null || true
+}
+
+wait_listening() { # tcp port
+  for _ in {1..100}; do
+    ss -Hltn "sport = :$1" | grep -q . && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# Prints "<packets> <with tos> <forward> <reverse> <tos histogram>" for a capture:
+# packets in each direction between IP_A and IP_B and how many carry TOS $2.
+tos_counts() { # pcap, tos (e.g. 0x88)
+  tcpdump -n -v -t -r "$1" 2>/dev/null | awk -v tos="$2" -v a="$IP_A" -v b="$IP_B" '
+    /^IP \(tos / { t = $3; sub(",", "", t); next }
+    / > / && t != "" {
+      n++; hist[t]++; if (t == tos) ok++
+      split($1, src, "."); s = src[1] "." src[2] "." src[3] "." src[4]
+      if (s == a) fwd++; else if (s == b) rev++
+      t = ""
+    }
+    END {
+      h = ""; for (k in hist) h = h k "=" hist[k] " "
+      printf "%d %d %d %d %s\n", n, ok, fwd, rev, h
+    }'
+}
+
+
+# Prints "<matched by filter> <dropped by kernel>" for capture <name>: a
+# check needs the whole connection, so a capture that lost packets must fail
+# it visibly rather than pass on a sample.
+capture_loss() { # name
+  local seen dropped
+  seen=$(grep -o '[0-9]* packets received by filter' "$out/$1.tcpdump.txt" | cut -d' ' -f1)
+  dropped=$(grep -o '[0-9]* packets dropped by kernel' "$out/$1.tcpdump.txt" | cut -d' ' -f1)
+  echo "${seen:-?} ${dropped:-?}"
+}
+
+summary=${summary:-$out/summary.txt}
+failures=${failures:-0}
+report() { # PASS|FAIL|INFO, text
+  if [[ "$1" == FAIL ]]; then failures=$((failures + 1)); fi
+  printf '%-4s %s\n' "$1" "$2" | tee -a "$summary"
+}

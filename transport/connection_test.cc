@@ -1,0 +1,130 @@
+// Connection behaviour that needs a misbehaving provider: a Verbs wrapper
+// (LevelDB's SpecialEnv, for verbs) over the simulator that swallows send
+// completions, as Soft-RoCE in Linux 6.1 does when the peer's QP is gone (it
+// retransmits forever instead of completing with IBV_WC_RETRY_EXC_ERR).
+#include "transport/connection.h"
+
+#include <atomic>
+#include <future>
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sim/fabric.h"
+#include "sim/profile_names.h"
+#include "sim/sim_verbs.h"
+#include "transport/listener.h"
+#include "verbs_shim/verbs_wrapper.h"
+
+namespace rdma_transport {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+// Drops every send-side completion while `swallow` is set.
+class SwallowSendCompletions : public VerbsWrapper {
+ public:
+  using VerbsWrapper::VerbsWrapper;
+  std::atomic<bool> swallow{false};
+
+  absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override {
+    absl::StatusOr<int> polled = target()->PollCq(cq, num_entries, wc);
+    if (!polled.ok() || !swallow.load()) return polled;
+    int kept = 0;
+    for (int i = 0; i < *polled; ++i) {
+      if (wc[i].opcode & IBV_WC_RECV) wc[kept++] = wc[i];
+    }
+    return kept;
+  }
+};
+
+class ConnectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* address : {"10.0.0.1", "10.0.0.2"}) {
+      absl::StatusOr<std::string> device =
+          fabric_.AddDevice(*sim::ProfileByName("cx7"), std::nullopt, address);
+      ASSERT_TRUE(device.ok()) << device.status();
+      absl::StatusOr<std::unique_ptr<Context>> context =
+          Context::Open(verbs_, *device, TransportConfig{});
+      ASSERT_TRUE(context.ok()) << context.status();
+      contexts_.push_back(*std::move(context));
+    }
+  }
+
+  void Connect(const ConnectionOptions& options) {
+    absl::StatusOr<std::unique_ptr<Listener>> listener =
+        Listener::Create(*contexts_[1], "127.0.0.1:0", options);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    auto dial = std::async(std::launch::async, [&] {
+      return rdma_transport::Connect(*contexts_[0], (*listener)->address(),
+                                     options);
+    });
+    absl::StatusOr<std::unique_ptr<Connection>> server =
+        (*listener)->Accept(DeadlineIn(seconds(10)));
+    absl::StatusOr<std::unique_ptr<Connection>> client = dial.get();
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE(server.ok()) << server.status();
+    client_ = *std::move(client);
+    server_ = *std::move(server);
+  }
+
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    contexts_.clear();
+    EXPECT_TRUE(fabric_.LeakReport().empty());
+  }
+
+  sim::Fabric fabric_;
+  sim::SimVerbs sim_verbs_{&fabric_};
+  SwallowSendCompletions verbs_{&sim_verbs_};
+  std::vector<std::unique_ptr<Context>> contexts_;
+  std::unique_ptr<Connection> client_;
+  std::unique_ptr<Connection> server_;
+};
+
+TEST_F(ConnectionTest, APeerThatNeverAnswersIsDeclaredGone) {
+  ConnectionOptions options;
+  options.completion_timeout = milliseconds(200);
+  ASSERT_NO_FATAL_FAILURE(Connect(options));
+  ASSERT_TRUE(client_->Check(DeadlineIn(seconds(5))).ok());
+  verbs_.swallow = true;
+  const Clock::time_point start = Clock::now();
+  absl::Status status = client_->Check();  // no deadline: must still end
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr("no completion for"));
+  EXPECT_GE(Clock::now() - start, milliseconds(200));
+  EXPECT_LT(Clock::now() - start, seconds(5));
+  EXPECT_EQ(client_->Send(std::as_bytes(std::span("x", 1))), status);
+}
+
+TEST_F(ConnectionTest, AnIdleReceiveEndsWhenTheKeepaliveIsNeverAnswered) {
+  ConnectionOptions options;
+  options.completion_timeout = milliseconds(200);
+  options.keepalive_interval = milliseconds(50);
+  options.progress = ProgressMode::kEvent;
+  ASSERT_NO_FATAL_FAILURE(Connect(options));
+  verbs_.swallow = true;
+  std::vector<std::byte> buffer(64);
+  absl::StatusOr<size_t> n = client_->Receive(buffer);  // no deadline
+  EXPECT_EQ(n.status().code(), absl::StatusCode::kUnavailable) << n.status();
+  EXPECT_GT(client_->stats().keepalives, 0u);
+}
+
+TEST_F(ConnectionTest, TheDefaultWatchdogIsFourRetryBudgetsAtLeastTwoSeconds) {
+  // 4.096 us * 2^14 * 8 = 0.54 s; four of them: 2.15 s.
+  ConnectionOptions options;
+  ASSERT_NO_FATAL_FAILURE(Connect(options));
+  verbs_.swallow = true;
+  const Clock::time_point start = Clock::now();
+  EXPECT_EQ(client_->Check().code(), absl::StatusCode::kUnavailable);
+  const auto elapsed = Clock::now() - start;
+  EXPECT_GE(elapsed, milliseconds(2100));
+  EXPECT_LT(elapsed, seconds(10));
+}
+
+}  // namespace
+}  // namespace rdma_transport

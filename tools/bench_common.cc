@@ -52,7 +52,8 @@ void SessionFlags::Register(FlagSet& flags) {
   flags.Bool("self", &self,
              "both ends in this process (sim: two NICs on one fabric; "
              "ibverbs: --device and --peer-device)");
-  flags.Int("timeout", &timeout_s, "seconds any single wait may take");
+  flags.Int("timeout", &timeout_s,
+            "seconds without progress before the run fails");
   flags.String("csv", &csv, "write the results to this CSV file");
   flags.String("json", &json, "write the results to this JSON file");
 }

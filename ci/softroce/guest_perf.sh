@@ -185,8 +185,8 @@ summarize() {
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
     function stat(key,   m) {
-      if (!(key in v)) { s_med = "n/a"; s_rng = ""; return 0 }
-      m = median(v[key]); s_med = sprintf("%.2f", m)
+      if (!(key in v)) { s_med = "n/a"; s_best = "n/a"; s_rng = ""; lo[0] = 0; return 0 }
+      m = median(v[key]); s_med = sprintf("%.2f", m); s_best = sprintf("%.2f", lo[0])
       s_rng = sprintf("%.2f-%.2f", lo[0], hi[0]); return m
     }
     FILENAME ~ /latency/ && FNR > 1 {
@@ -196,24 +196,27 @@ summarize() {
     }
     FILENAME ~ /bw/ && FNR > 1 { b[$3] = b[$3] " " $6; bsize = $2 }
     END {
-      printf "One-way latency, us (rxe0 -> rxe1 across the veth, qemu TCG): median over %d repeats [min-max]\n", repeats
-      printf "%6s | %-22s %-8s | %-22s %-8s | %-7s | %-22s %-7s | %-7s | %-22s\n", "bytes",
-        "ours t_min (inl. off)", "t_typ", "ib_send_lat t_min", "t_typ", "ratio", "ours t_min (inl. on)", "inline", "on/off", "ib_write_lat t_min"
+      printf "One-way latency, us, rxe0 -> rxe1 across the veth, qemu TCG, %d interleaved repeats.\n", repeats
+      printf "t_min: best of the repeats / median of the repeats [min-max]; t_typ: median over the repeats of t_typical.\n"
+      printf "Ratios: of the best t_min and of the median t_min. perftest disables inline on rxe: compare it with inline off.\n"
+      printf "%5s | %-31s %-6s | %-31s %-6s | %-11s | %-31s %-7s %-11s | %-12s\n", "bytes",
+        "ours t_min, inline off", "t_typ", "ib_send_lat t_min", "t_typ", "ratio b/m", "ours t_min, inline on", "inline", "on/off b/m", "ib_write_lat"
       n = 0; for (s in size) sorted[++n] = s + 0
       for (i = 2; i <= n; i++) { t = sorted[i]; for (j = i - 1; j >= 1 && sorted[j] > t; j--) sorted[j + 1] = sorted[j]; sorted[j + 1] = t }
       for (i = 1; i <= n; i++) {
         s = sorted[i]
-        off = stat(s SUBSEP "rdma_pingpong_inline_off" "min"); off_s = s_med " [" s_rng "]"
+        off = stat(s SUBSEP "rdma_pingpong_inline_off" "min"); off_b = lo[0]; off_s = s_best " / " s_med " [" s_rng "]"
         stat(s SUBSEP "rdma_pingpong_inline_off" "typ"); off_t = s_med
-        pt = stat(s SUBSEP "ib_send_lat" "min"); pt_s = s_med " [" s_rng "]"
+        pt = stat(s SUBSEP "ib_send_lat" "min"); pt_b = lo[0]; pt_s = s_best " / " s_med " [" s_rng "]"
         stat(s SUBSEP "ib_send_lat" "typ"); pt_t = s_med
-        on = stat(s SUBSEP "rdma_pingpong_inline_auto" "min"); on_s = s_med " [" s_rng "]"
-        wt = stat(s SUBSEP "ib_write_lat" "min"); wt_s = s_med " [" s_rng "]"
-        printf "%6d | %-22s %-8s | %-22s %-8s | %-7s | %-22s %-7s | %-7s | %-22s\n", s,
-          off_s, off_t, pt_s, pt_t, (pt > 0 && off > 0 ? sprintf("%.2fx", off / pt) : "n/a"),
-          on_s, went[s], (off > 0 && on > 0 ? sprintf("%.2fx", on / off) : "n/a"), wt_s
+        on = stat(s SUBSEP "rdma_pingpong_inline_auto" "min"); on_b = lo[0]; on_s = s_best " / " s_med " [" s_rng "]"
+        wt = stat(s SUBSEP "ib_write_lat" "min"); wt_s = s_best " / " s_med
+        printf "%5d | %-31s %-6s | %-31s %-6s | %-11s | %-31s %-7s %-11s | %-12s\n", s,
+          off_s, off_t, pt_s, pt_t,
+          (pt > 0 && off > 0 ? sprintf("%.2f/%.2f", off_b / pt_b, off / pt) : "n/a"),
+          on_s, went[s], (off > 0 && on > 0 ? sprintf("%.2f/%.2f", on_b / off_b, on / off) : "n/a"), wt_s
       }
-      printf "\nBandwidth at %s B, Gb/s average: median over %d repeats [min-max]\n", bsize, repeats
+      printf "\nBandwidth at %s B, Gb/s average: median of %d repeats [min-max]\n", bsize, repeats
       split("ib_send_bw rdma_bw_send ib_write_bw rdma_bw_write", tools, " ")
       for (i = 1; i <= 4; i++) {
         t = tools[i]

@@ -310,7 +310,9 @@ absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
   ibv_send_wr wr = {};
   wr.wr_id = MakeWrId(kind, 0);
   wr.num_sge = 0;
-  wr.send_flags = IBV_SEND_INLINE;
+  // Nothing to fetch either way; marked inline only where the QP has inline
+  // data at all.
+  wr.send_flags = inline_.usable_inline > 0 ? IBV_SEND_INLINE : 0;
   switch (kind) {
     case WrKind::kSendCredit:
       wr.opcode = IBV_WR_SEND_WITH_IMM;
@@ -413,8 +415,9 @@ bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
   ibv_wc wcs[kPollBatch];
   absl::StatusOr<int> polled = verbs_.PollCq(cq_, kPollBatch, wcs);
   if (!polled.ok()) [[unlikely]] {
+    // Callers see failure_; no progress was made.
     FailLocked(WithContext(polled.status(), name_));
-    return true;
+    return false;
   }
   if (*polled == 0) return false;
   for (int i = 0; i < *polled; ++i) HandleCompletionLocked(wcs[i]);
@@ -619,7 +622,10 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
   std::unique_lock<std::mutex> lock(mu_);
   ActiveCall active(active_calls_, cv_);
   while (true) {
-    if (absl::Status status = UsableLocked(); !status.ok()) return status;
+    // Messages that arrived intact are delivered even after the connection
+    // failed (a credit return racing with the peer's close, say): they are
+    // in our memory, in order, and the sender was told they were sent.
+    if (closed_ || closing_ || !established_) return UsableLocked();
     if (arrived_count_ > 0) {
       const auto [slot, length] = arrived_[arrived_head_];
       if (length > buffer.size()) {
@@ -634,8 +640,10 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
         std::memcpy(buffer.data(),
                     recv_ring_.data() + size_t{slot} * slot_size_, length);
       }
-      if (RepostLocked(slot).ok()) owed_credits_.Add(1);
-      MaybeReturnCreditsLocked();
+      if (failure_.ok() && !peer_closed_ && RepostLocked(slot).ok()) {
+        owed_credits_.Add(1);
+        MaybeReturnCreditsLocked();
+      }
       ++stats_.messages_received;
       stats_.bytes_received += length;
       return size_t{length};
@@ -643,6 +651,12 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
     if (peer_closed_) {
       return absl::UnavailableError(
           absl::StrCat(name_, ": the peer closed the connection"));
+    }
+    if (!failure_.ok()) {
+      // Completions of messages that arrived before the failure may still be
+      // in the CQ.
+      if (PollOnceLocked(lock)) continue;
+      return failure_;
     }
     if (PollOnceLocked(lock)) continue;
     if (options_.keepalive_interval.count() > 0 && !keepalive_outstanding_ &&

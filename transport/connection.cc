@@ -27,6 +27,10 @@ constexpr int kPollBatch = 16;
 constexpr uint64_t kWrValueMask = (1ull << 56) - 1;
 // How long a follower waits on the condition variable before looking again.
 constexpr auto kFollowerWait = std::chrono::milliseconds(50);
+// Busy polling looks at the clock and yields once every this many empty
+// turns (each turn polls the CQ once).
+constexpr uint32_t kSpinTurns = 64;
+constexpr uint64_t kNotWatching = ~uint64_t{0};
 
 const char* OperationName(uint8_t kind) {
   switch (kind) {
@@ -273,9 +277,6 @@ absl::Status Connection::RepostLocked(uint32_t slot) {
 }
 
 absl::Status Connection::PostSendLocked(ibv_send_wr* first, uint32_t count) {
-  // The watchdog measures from when the queue became busy, not from an old
-  // completion.
-  if (signaled_end_ <= sq_completed_) send_progress_time_ = Clock::now();
   ibv_send_wr* wr = first;
   for (uint32_t i = 0; i < count; ++i, wr = wr->next) {
     const uint64_t seq = sq_posted_ + i;
@@ -352,10 +353,7 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   const uint8_t kind = static_cast<uint8_t>(wc.wr_id >> 56);
   const uint64_t value = wc.wr_id & kWrValueMask;
   if (kind != static_cast<uint8_t>(WrKind::kRecv)) {
-    if (value + 1 > sq_completed_) {
-      sq_completed_ = value + 1;
-      send_progress_time_ = Clock::now();
-    }
+    sq_completed_ = std::max(sq_completed_, value + 1);
     if (kind == static_cast<uint8_t>(WrKind::kKeepalive)) {
       keepalive_outstanding_ = false;
     }
@@ -377,7 +375,7 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     FailLocked(absl::Status(CodeForCompletion(wc.status), detail));
     return;
   }
-  last_activity_ = Clock::now();
+  ++completions_;
   if (kind != static_cast<uint8_t>(WrKind::kRecv)) return;
 
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
@@ -426,12 +424,27 @@ bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
   return true;
 }
 
-void Connection::CheckStalledLocked() {
-  if (!failure_.ok() || signaled_end_ <= sq_completed_ ||
-      inline_.qp == nullptr) {
+void Connection::NoteActivityLocked(Clock::time_point now) {
+  if (completions_ != activity_seen_) {
+    activity_seen_ = completions_;
+    last_activity_ = now;
+  }
+}
+
+void Connection::CheckStalledLocked(Clock::time_point now) {
+  if (!failure_.ok() || inline_.qp == nullptr) return;
+  if (signaled_end_ <= sq_completed_) {  // nothing signalled outstanding
+    watchdog_seen_ = kNotWatching;
     return;
   }
-  const Clock::duration stalled = Clock::now() - send_progress_time_;
+  // Measured from the first look after the queue became busy or last moved,
+  // so the clock is read only when somebody waits.
+  if (sq_completed_ != watchdog_seen_) {
+    watchdog_seen_ = sq_completed_;
+    send_progress_time_ = now;
+    return;
+  }
+  const Clock::duration stalled = now - send_progress_time_;
   if (stalled <= completion_timeout_) return;
   FailLocked(absl::UnavailableError(absl::StrCat(
       name_, ": no completion for ",
@@ -443,11 +456,37 @@ void Connection::CheckStalledLocked() {
   (void)ModifyQpToError(verbs_, inline_.qp);
 }
 
+bool Connection::MaybeKeepaliveLocked(Clock::time_point now) {
+  if (options_.keepalive_interval.count() <= 0 || keepalive_outstanding_ ||
+      !SqHasRoomLocked(1)) {
+    return false;
+  }
+  NoteActivityLocked(now);
+  if (now - last_activity_ < options_.keepalive_interval) return false;
+  if (!PostControlLocked(WrKind::kKeepalive, 0).ok()) return false;
+  keepalive_outstanding_ = true;
+  ++stats_.keepalives;
+  last_activity_ = now;
+  return true;
+}
+
 absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
-                                    Deadline deadline) {
-  CheckStalledLocked();
-  if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
+                                    Deadline deadline, bool idle_receive) {
+  // kBusyPoll: most turns only let the other thread in and pause; every
+  // kSpinTurns-th looks at the clock (deadline, watchdog, keepalive) and
+  // yields the CPU.
+  if (options_.progress == ProgressMode::kBusyPoll &&
+      ++spin_turns_ < kSpinTurns) {
+    lock.unlock();
+    CpuRelax();
+    lock.lock();
+    return absl::OkStatus();
+  }
+  spin_turns_ = 0;
   const Clock::time_point now = Clock::now();
+  CheckStalledLocked(now);
+  if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
+  if (idle_receive && MaybeKeepaliveLocked(now)) return absl::OkStatus();
   if (now >= deadline) {
     // Before giving up in kEvent mode, consume the channel's events and arm
     // the CQ, so that a caller polling event_fd() is woken by the next
@@ -465,7 +504,6 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   }
   if (options_.progress == ProgressMode::kBusyPoll) {
     lock.unlock();
-    for (int i = 0; i < 32; ++i) CpuRelax();
     std::this_thread::yield();
     lock.lock();
     return absl::OkStatus();
@@ -488,7 +526,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
     return absl::OkStatus();
   }
   Deadline wake = deadline;
-  if (options_.keepalive_interval.count() > 0) {
+  if (idle_receive && options_.keepalive_interval.count() > 0) {
     wake = std::min(wake, last_activity_ + options_.keepalive_interval);
   }
   if (signaled_end_ > sq_completed_) {
@@ -659,17 +697,7 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
       return failure_;
     }
     if (PollOnceLocked(lock)) continue;
-    if (options_.keepalive_interval.count() > 0 && !keepalive_outstanding_ &&
-        Clock::now() - last_activity_ >= options_.keepalive_interval &&
-        SqHasRoomLocked(1)) {
-      if (PostControlLocked(WrKind::kKeepalive, 0).ok()) {
-        keepalive_outstanding_ = true;
-        ++stats_.keepalives;
-        last_activity_ = Clock::now();
-      }
-      continue;
-    }
-    if (!WaitLocked(lock, deadline).ok()) {
+    if (!WaitLocked(lock, deadline, /*idle_receive=*/true).ok()) {
       return absl::DeadlineExceededError(
           absl::StrCat(name_, ": no message before the deadline"));
     }

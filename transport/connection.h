@@ -208,13 +208,19 @@ class Connection {
   void FailLocked(absl::Status status);
   // Waits for progress (kBusyPoll: spins; kEvent: sleeps on the channel).
   // kDeadlineExceeded once `deadline` has passed.
-  absl::Status WaitLocked(std::unique_lock<std::mutex>& lock,
-                          Deadline deadline);
+  // `idle_receive`: a Receive with nothing to take, which probes the peer
+  // every keepalive_interval.
+  absl::Status WaitLocked(std::unique_lock<std::mutex>& lock, Deadline deadline,
+                          bool idle_receive = false);
+  // Moves last_activity_ to `now` if anything completed since last looked.
+  void NoteActivityLocked(Clock::time_point now);
+  // Posts a keepalive probe when the connection has been idle long enough.
+  bool MaybeKeepaliveLocked(Clock::time_point now);
   // Takes and acknowledges every completion event on the channel (kEvent).
   void DrainChannelLocked();
   // Fails the connection when a signalled work request has waited longer
   // than completion_timeout_ with no send completion at all.
-  void CheckStalledLocked();
+  void CheckStalledLocked(Clock::time_point now);
   bool SqHasRoomLocked(uint32_t wrs) const {
     return sq_posted_ - sq_completed_ + wrs <= sq_depth_;
   }
@@ -270,7 +276,13 @@ class Connection {
   // send queue last made progress (or became busy): the watchdog's inputs.
   uint64_t signaled_end_ = 0;
   Clock::time_point send_progress_time_;
+  uint64_t watchdog_seen_ = ~uint64_t{0};  // sq_completed_ when last looked
   Clock::duration completion_timeout_{};
+  // Completions seen, and the count when last_activity_ was last moved: the
+  // clock is read only when somebody waits, not per completion.
+  uint64_t completions_ = 0;
+  uint64_t activity_seen_ = 0;
+  uint32_t spin_turns_ = 0;
   // Send slots are used round robin; each remembers the sequence of the
   // send that used it, and is free once that sequence has completed.
   std::vector<uint64_t> send_slot_seq_;

@@ -244,7 +244,7 @@ class Connection {
   const Context& context_;
   Verbs& verbs_;
   const ConnectionOptions options_;
-  const std::string name_;
+  std::string name_;  // set by the setup code, fixed once established
 
   // Verbs resources.
   ibv_comp_channel* channel_ = nullptr;

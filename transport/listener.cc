@@ -27,6 +27,9 @@ class ConnectionSetup {
     }
     return connection;
   }
+  static void Rename(Connection& connection, std::string name) {
+    connection.name_ = std::move(name);
+  }
   static QpEndpoint LocalEndpoint(const Connection& connection) {
     return connection.LocalEndpoint();
   }
@@ -96,17 +99,25 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
   const Deadline deadline = DeadlineIn(options.handshake_timeout);
   absl::StatusOr<SocketAddress> server = ResolveTcpAddress(address);
   if (!server.ok()) return server.status();
+  // The QP and rings first: HELLO then follows the TCP connect at once, so
+  // a listener under a flood hears this peer before it picks sockets to
+  // drop.
+  absl::StatusOr<std::unique_ptr<Connection>> connection =
+      ConnectionSetup::Create(
+          context, options,
+          options.name.empty()
+              ? absl::StrCat("connection -> ", FormatSocketAddress(*server))
+              : options.name);
+  if (!connection.ok()) return connection.status();
   absl::StatusOr<Socket> socket = TcpConnect(*server, deadline);
   if (!socket.ok()) return socket.status();
-
-  std::string name = options.name;
-  if (name.empty()) {
-    name = absl::StrCat("connection ", AddressOf(LocalAddress(socket->fd())),
-                        " -> ", FormatSocketAddress(*server));
+  if (options.name.empty()) {
+    ConnectionSetup::Rename(
+        **connection,
+        absl::StrCat("connection ", AddressOf(LocalAddress(socket->fd())),
+                     " -> ", FormatSocketAddress(*server)));
   }
-  absl::StatusOr<std::unique_ptr<Connection>> connection =
-      ConnectionSetup::Create(context, options, name);
-  if (!connection.ok()) return connection.status();
+  const std::string name = (*connection)->name();
 
   if (absl::Status status = SendFrame(
           socket->fd(), OfferFor(**connection, options, HandshakeType::kHello),
@@ -201,8 +212,41 @@ void Listener::Reject(Pending& pending, const std::string& reason) {
   Forget(pending, &ListenerStats::rejected, reason);
 }
 
+namespace {
+
+// True when a peer that has sent nothing yet has bytes waiting. A peer that
+// has gone (EOF) or stays silent is not.
+bool HasDataWaiting(int fd) {
+  uint8_t byte;
+  return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+}  // namespace
+
+std::deque<std::unique_ptr<Listener::Pending>>::iterator
+Listener::ChooseVictim() {
+  // 1. The oldest that has sent nothing and has nothing waiting: a half-open
+  //    or silent socket. A real client sends HELLO right after connecting.
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    const Pending& pending = **it;
+    if (!pending.awaiting_ready && pending.bytes.empty() &&
+        !HasDataWaiting(pending.socket.fd())) {
+      return it;
+    }
+  }
+  // 2. The oldest stalled in the middle of a frame.
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (!(*it)->awaiting_ready && !(*it)->bytes.empty()) return it;
+  }
+  // 3. Every slot holds a handshake making progress (HELLO waiting to be
+  //    read, or ACCEPT sent): the newcomer is the one turned away.
+  return pending_.end();
+}
+
 void Listener::AcceptNewSockets() {
-  while (true) {
+  // At most a table's worth per round, so the handshakes already pending are
+  // served between bursts of a flood.
+  for (size_t i = 0; i < listener_options_.max_pending_handshakes; ++i) {
     sockaddr_storage peer = {};
     socklen_t length = sizeof(peer);
     int fd = accept4(socket_.fd(), reinterpret_cast<sockaddr*>(&peer), &length,
@@ -218,9 +262,15 @@ void Listener::AcceptNewSockets() {
     pending->peer = FormatSocketAddress(address);
     pending->deadline = DeadlineIn(options_.handshake_timeout);
     if (pending_.size() >= listener_options_.max_pending_handshakes) {
-      Forget(*pending_.front(), &ListenerStats::dropped,
-             "dropped: too many pending handshakes");
-      pending_.pop_front();
+      auto victim = ChooseVictim();
+      if (victim == pending_.end()) {
+        Forget(*pending, &ListenerStats::dropped,
+               "dropped: every pending handshake is making progress");
+        continue;
+      }
+      Forget(**victim, &ListenerStats::dropped,
+             "dropped: too many pending handshakes, this one idle");
+      pending_.erase(victim);
     }
     pending_.push_back(std::move(pending));
   }

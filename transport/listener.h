@@ -15,8 +15,11 @@
 // The Listener runs every pending handshake at once on non-blocking sockets:
 // a peer that sends one byte and goes silent, or a flood of half-open TCP
 // connections, costs each at most `handshake_timeout` and never delays the
-// others. The oldest pending handshake is dropped when more than
-// `max_pending_handshakes` are open. A bad handshake (wrong magic, version
+// others. When `max_pending_handshakes` are open, a newcomer displaces the
+// oldest handshake whose peer has sent nothing and has nothing waiting, else
+// the oldest stalled mid-frame; handshakes making progress (HELLO waiting,
+// ACCEPT sent) are never displaced, and when all of them are, the newcomer is
+// turned away. A bad handshake (wrong magic, version
 // or token, a truncated or oversized frame, absurd values) is answered with a
 // REJECT saying why, the socket is closed, and Accept() goes on serving; the
 // Listener's stats() count each outcome.
@@ -97,6 +100,9 @@ class Listener {
            const ListenerOptions& listener_options);
 
   void AcceptNewSockets();
+  // The pending handshake to drop for a newcomer when the table is full, or
+  // end() to drop the newcomer instead.
+  std::deque<std::unique_ptr<Pending>>::iterator ChooseVictim();
   // Advances one handshake; returns a connection when it completes.
   std::unique_ptr<Connection> Advance(Pending& pending);
   void Reject(Pending& pending, const std::string& reason);

@@ -727,21 +727,16 @@ TEST_F(HalfOpenFloodTest, RealPeersAreServedWhileTheFloodIsTimedOutOrDropped) {
 }
 
 // A flood that does not stop while real peers connect: another thread opens
-// sockets as fast as it can (about 20 000 a second on loopback). The
-// listener drops the oldest pending handshake whenever more than
-// max_pending_handshakes are open, whatever state it is in, so a real peer
-// is evicted when 64 flood sockets arrive between its TCP connect and its
-// HELLO (the client creates its QP in between), or between the server's
-// ACCEPT and the client's READY; in the second case Connect() has already
-// returned OK and the client holds a connection whose server side is gone
-// (found by its first Send() or keepalive). In two runs on a 2-core VM, 10
-// and 9 of 20 Connect()s failed with kUnavailable ("Connection reset by
-// peer"), and in the second 2 of the 11 that returned OK had no server side.
-// Disabled until the listener keeps handshakes that have made progress over
-// silent ones; run it with
-//   bazel test //transport:resource_bounds_test --test_output=all \
-//     --test_arg=--gtest_also_run_disabled_tests
-TEST_F(HalfOpenFloodTest, DISABLED_RealPeersSurviveASustainedFlood) {
+// sockets as fast as it can (about 20 000 a second on loopback). With the
+// listener's first rule (drop the oldest pending handshake, whatever its
+// state) a real peer was evicted when 64 flood sockets arrived between its
+// TCP connect and its HELLO, or between the server's ACCEPT and the client's
+// READY; in two runs on a 2-core VM 10 and 9 of 20 Connect()s failed, and 2
+// of the 11 that returned OK had no server side. Now a newcomer displaces
+// only a peer that has sent nothing and has nothing waiting, never a
+// handshake in progress, and Connect() sends HELLO right after the TCP
+// connect: every real peer must get through, with a server side.
+TEST_F(HalfOpenFloodTest, RealPeersSurviveASustainedFlood) {
   rlimit files = {};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
   files.rlim_cur = files.rlim_max;

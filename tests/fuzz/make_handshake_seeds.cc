@@ -171,7 +171,10 @@ int Check(const fs::path& directory) {
 
 int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--check") {
-    return rdma_transport::Check(rdma_transport::Resolve(argv[2]));
+    // A seed file names its directory (what `bazel test` passes).
+    std::filesystem::path path = rdma_transport::Resolve(argv[2]);
+    if (std::filesystem::is_regular_file(path)) path = path.parent_path();
+    return rdma_transport::Check(path);
   }
   if (argc == 2) return rdma_transport::Write(argv[1]);
   std::fprintf(stderr, "usage: %s [--check] CORPUS_DIR\n", argv[0]);

@@ -8,7 +8,9 @@
 #   2. the same under ASan and UBSan     every suite
 #   3. TSan                              the threaded suites
 #   4. fuzzing                           handshake decoder, MC_* parser
-#   5. Soft-RoCE VM                      the e2e suite and tools over rxe
+#   5. tools on the sim                  rdma_demo, rdma_pingpong, rdma_bw, benchmarks
+#   6. downstream                        a separate workspace consuming rdma_transport
+#   7. Soft-RoCE VM                      the e2e suite and tools over rxe
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +38,35 @@ stage "bazel test --config=ubsan //..." bazel test --config=ubsan //...
 stage "bazel test --config=tsan (threaded suites)" \
   bazel test --config=tsan "${threaded_targets[@]}"
 stage "fuzzing (${FUZZ_SECONDS:-60} s per fuzzer)" tests/fuzz/run_fuzzers.sh
+tools_on_the_sim() {
+  bazel build -c opt //tools:rdma_demo //tools:rdma_pingpong //tools:rdma_bw \
+    //transport:transport_benchmark
+  local bin
+  bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+  "$bin/tools/rdma_demo"
+  "$bin/tools/rdma_pingpong" --self --iterations=2000
+  "$bin/tools/rdma_bw" --self --iterations=2000
+  "$bin/transport/transport_benchmark" --benchmark_min_time=0.05
+}
+
+downstream() {
+  # Bazel skips its own output links only in the main workspace: a
+  # downstream build descends into every bazel-* link of this checkout that
+  # .bazelignore does not list. It lists those of a checkout named main or
+  # rdma_transport; CI clones under any name, so its execroot link goes.
+  local link
+  link="bazel-$(basename "$PWD")"
+  if [[ -L "$link" ]] && ! grep -qx "$link" .bazelignore; then
+    echo "removing this checkout's $link link (not in .bazelignore)"
+    rm -f "$link"
+  fi
+  ci/downstream_check.sh
+}
+
+stage "tools on the simulator" tools_on_the_sim
+stage "downstream workspace" downstream
+# The VM's own bound: the stage must finish within 15 minutes.
+export SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-840}
 stage "Soft-RoCE VM (rxe)" ci/softroce/run_ci_stage.sh
 
 echo

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <future>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "sim/fabric.h"
+#include "tests/connection_pair.h"
 
 namespace rdma_transport {
 namespace {
@@ -44,12 +44,8 @@ void EndToEndTest::TearDown() {
   client_context_.reset();
   server_context_.reset();
   if (backend_ != nullptr && backend_->fabric() != nullptr) {
-    std::vector<sim::LiveObject> leaks = backend_->fabric()->LeakReport();
-    std::string report;
-    for (const sim::LiveObject& object : leaks) {
-      absl::StrAppend(&report, object.ToString(), "\n");
-    }
-    EXPECT_TRUE(leaks.empty()) << "verbs objects leaked:\n" << report;
+    EXPECT_EQ(LeakReportText(*backend_->fabric()), "")
+        << "verbs objects leaked";
   }
 }
 
@@ -61,19 +57,11 @@ absl::StatusOr<ConnectionPair> EndToEndTest::ConnectPair(
       return absl::InternalError("contexts could not be opened");
     }
   }
-  absl::StatusOr<std::unique_ptr<Listener>> listener =
-      Listener::Create(*server_context_, ListenAddress(), options);
-  if (!listener.ok()) return listener.status();
-  std::future<absl::StatusOr<std::unique_ptr<Connection>>> client =
-      std::async(std::launch::async, [&] {
-        return Connect(*client_context_, (*listener)->address(), options);
-      });
-  absl::StatusOr<std::unique_ptr<Connection>> server =
-      (*listener)->Accept(DeadlineIn(options.handshake_timeout * 2));
-  absl::StatusOr<std::unique_ptr<Connection>> connected = client.get();
-  if (!connected.ok()) return connected.status();
-  if (!server.ok()) return server.status();
-  return ConnectionPair{*std::move(connected), *std::move(server)};
+  DialResult dial =
+      Dial(*client_context_, *server_context_, options, ListenAddress());
+  if (!dial.client.ok()) return dial.client.status();
+  if (!dial.server.ok()) return dial.server.status();
+  return ConnectionPair{*std::move(dial.client), *std::move(dial.server)};
 }
 
 size_t MessageLength(uint64_t stream, uint64_t seq, size_t max_length) {

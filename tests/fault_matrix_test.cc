@@ -19,6 +19,7 @@
 #include "sim/fabric.h"
 #include "sim/profile_names.h"
 #include "sim/sim_verbs.h"
+#include "tests/connection_pair.h"
 #include "tests/e2e_fixture.h"
 #include "transport/connection.h"
 #include "transport/listener.h"
@@ -65,16 +66,10 @@ class HookedVerbs : public VerbsWrapper {
 class FaultMatrixTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* address : {"10.0.0.1", "10.0.0.2"}) {
-      absl::StatusOr<std::string> device =
-          fabric_.AddDevice(*sim::ProfileByName("cx7"), std::nullopt, address);
-      ASSERT_TRUE(device.ok()) << device.status();
-      devices_.push_back(*device);
-      absl::StatusOr<std::unique_ptr<Context>> context =
-          Context::Open(verbs_, *device, TransportConfig{});
-      ASSERT_TRUE(context.ok()) << context.status();
-      contexts_.push_back(*std::move(context));
-    }
+    absl::StatusOr<SimContexts> opened = OpenTwoSimContexts(fabric_, verbs_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    devices_ = opened->devices;
+    contexts_ = std::move(opened->contexts);
     options_.handshake_timeout = seconds(5);
     options_.completion_timeout = milliseconds(500);
   }
@@ -84,11 +79,7 @@ class FaultMatrixTest : public ::testing::Test {
     server_.reset();
     listener_.reset();
     contexts_.clear();
-    std::string report;
-    for (const sim::LiveObject& object : fabric_.LeakReport()) {
-      report += object.ToString() + "\n";
-    }
-    EXPECT_EQ(report, "") << "verbs objects leaked";
+    EXPECT_EQ(LeakReportText(fabric_), "") << "verbs objects leaked";
   }
 
   Context& client_context() { return *contexts_[0]; }
@@ -97,19 +88,12 @@ class FaultMatrixTest : public ::testing::Test {
 
   // Connects client_ and server_; returns (client status, server status).
   std::pair<absl::Status, absl::Status> TryConnect() {
-    absl::StatusOr<std::unique_ptr<Listener>> listener =
-        Listener::Create(server_context(), "127.0.0.1:0", options_);
-    if (!listener.ok()) return {listener.status(), listener.status()};
-    listener_ = *std::move(listener);
-    auto dial = std::async(std::launch::async, [&] {
-      return Connect(client_context(), listener_->address(), options_);
-    });
-    absl::StatusOr<std::unique_ptr<Connection>> server =
-        listener_->Accept(DeadlineIn(seconds(3)));
-    absl::StatusOr<std::unique_ptr<Connection>> client = dial.get();
-    if (client.ok()) client_ = *std::move(client);
-    if (server.ok()) server_ = *std::move(server);
-    return {client.status(), server.status()};
+    DialResult dial = Dial(client_context(), server_context(), options_,
+                           "127.0.0.1:0", DeadlineIn(seconds(3)));
+    listener_ = std::move(dial.listener);
+    if (dial.client.ok()) client_ = *std::move(dial.client);
+    if (dial.server.ok()) server_ = *std::move(dial.server);
+    return {dial.client.status(), dial.server.status()};
   }
 
   void ConnectOrDie() {

@@ -5,14 +5,13 @@
 #include "transport/connection.h"
 
 #include <atomic>
-#include <future>
 #include <memory>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
-#include "sim/profile_names.h"
 #include "sim/sim_verbs.h"
+#include "tests/connection_pair.h"
 #include "transport/listener.h"
 #include "verbs_shim/verbs_wrapper.h"
 
@@ -43,39 +42,24 @@ class SwallowSendCompletions : public VerbsWrapper {
 class ConnectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* address : {"10.0.0.1", "10.0.0.2"}) {
-      absl::StatusOr<std::string> device =
-          fabric_.AddDevice(*sim::ProfileByName("cx7"), std::nullopt, address);
-      ASSERT_TRUE(device.ok()) << device.status();
-      absl::StatusOr<std::unique_ptr<Context>> context =
-          Context::Open(verbs_, *device, TransportConfig{});
-      ASSERT_TRUE(context.ok()) << context.status();
-      contexts_.push_back(*std::move(context));
-    }
+    absl::StatusOr<SimContexts> opened = OpenTwoSimContexts(fabric_, verbs_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    contexts_ = std::move(opened->contexts);
   }
 
   void Connect(const ConnectionOptions& options) {
-    absl::StatusOr<std::unique_ptr<Listener>> listener =
-        Listener::Create(*contexts_[1], "127.0.0.1:0", options);
-    ASSERT_TRUE(listener.ok()) << listener.status();
-    auto dial = std::async(std::launch::async, [&] {
-      return rdma_transport::Connect(*contexts_[0], (*listener)->address(),
-                                     options);
-    });
-    absl::StatusOr<std::unique_ptr<Connection>> server =
-        (*listener)->Accept(DeadlineIn(seconds(10)));
-    absl::StatusOr<std::unique_ptr<Connection>> client = dial.get();
-    ASSERT_TRUE(client.ok()) << client.status();
-    ASSERT_TRUE(server.ok()) << server.status();
-    client_ = *std::move(client);
-    server_ = *std::move(server);
+    DialResult dial = Dial(*contexts_[0], *contexts_[1], options);
+    ASSERT_TRUE(dial.client.ok()) << dial.client.status();
+    ASSERT_TRUE(dial.server.ok()) << dial.server.status();
+    client_ = *std::move(dial.client);
+    server_ = *std::move(dial.server);
   }
 
   void TearDown() override {
     client_.reset();
     server_.reset();
     contexts_.clear();
-    EXPECT_TRUE(fabric_.LeakReport().empty());
+    EXPECT_EQ(LeakReportText(fabric_), "");
   }
 
   sim::Fabric fabric_;

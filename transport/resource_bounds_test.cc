@@ -47,8 +47,8 @@
 
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
-#include "sim/profile_names.h"
 #include "sim/sim_verbs.h"
+#include "tests/connection_pair.h"
 #include "transport/connection.h"
 #include "transport/context.h"
 #include "transport/listener.h"
@@ -289,20 +289,14 @@ int64_t SideBound(const ConnectionOptions& options) {
 class TwoDevices : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* address : {"10.0.0.1", "10.0.0.2"}) {
-      absl::StatusOr<std::string> device =
-          fabric_.AddDevice(*sim::ProfileByName("cx7"), std::nullopt, address);
-      ASSERT_TRUE(device.ok()) << device.status();
-      absl::StatusOr<std::unique_ptr<Context>> context =
-          Context::Open(verbs_, *device, TransportConfig{});
-      ASSERT_TRUE(context.ok()) << context.status();
-      contexts_.push_back(*std::move(context));
-    }
+    absl::StatusOr<SimContexts> opened = OpenTwoSimContexts(fabric_, verbs_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    contexts_ = std::move(opened->contexts);
   }
 
   void TearDown() override {
     contexts_.clear();
-    EXPECT_TRUE(fabric_.LeakReport().empty());
+    EXPECT_EQ(LeakReportText(fabric_), "");
   }
 
   Context& client_context() { return *contexts_[0]; }

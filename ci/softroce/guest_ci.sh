@@ -30,7 +30,7 @@ failures=0
 # shellcheck source=ci/softroce/guest_lib.sh
 source "$SOFTROCE_DIR/guest_lib.sh"
 step_timeout=${STEP_TIMEOUT:-300}
-scale=${RDMA_TEST_SCALE:-2}
+scale=${RDMA_TEST_SCALE:-10}
 export RDMA_TEST_CLIENT_DEVICE=$RXE_A RDMA_TEST_SERVER_DEVICE=$RXE_B
 
 # Prints "<tests run> <passed>" from a gtest log.

@@ -82,7 +82,7 @@ forward() {
 trap forward INT TERM HUP
 "$here/run_vm.sh" --guest-script "$guest_script" --kernel-dir "$kernel_dir" \
   --out-dir "$out_dir" --timeout "${SOFTROCE_TIMEOUT:-600}" \
-  --env "RDMA_TEST_SCALE=${RDMA_TEST_SCALE:-2}" "${binaries[@]}" "$@" &
+  --env "RDMA_TEST_SCALE=${RDMA_TEST_SCALE:-10}" "${binaries[@]}" "$@" &
 run_vm_pid=$!
 while :; do
   status=0

@@ -1,0 +1,62 @@
+#include "tests/connection_pair.h"
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "sim/profile_names.h"
+
+namespace rdma_transport {
+
+DialResult Dial(const Context& client, const Context& server,
+                const ConnectionOptions& options,
+                std::string_view listen_address,
+                std::optional<Deadline> accept_deadline) {
+  DialResult result{nullptr, absl::UnknownError("not dialled"),
+                    absl::UnknownError("not accepted")};
+  absl::StatusOr<std::unique_ptr<Listener>> listener =
+      Listener::Create(server, listen_address, options);
+  if (!listener.ok()) {
+    result.client = listener.status();
+    result.server = listener.status();
+    return result;
+  }
+  result.listener = *std::move(listener);
+  auto dialled = std::async(std::launch::async, [&] {
+    return Connect(client, result.listener->address(), options);
+  });
+  result.server = result.listener->Accept(
+      accept_deadline.value_or(DeadlineIn(options.handshake_timeout * 2)));
+  result.client = dialled.get();
+  return result;
+}
+
+absl::StatusOr<SimContexts> OpenTwoSimContexts(sim::Fabric& fabric,
+                                               Verbs& verbs,
+                                               std::string_view profile,
+                                               const TransportConfig& config) {
+  absl::StatusOr<sim::DeviceProfile> device_profile =
+      sim::ProfileByName(profile);
+  if (!device_profile.ok()) return device_profile.status();
+  SimContexts opened;
+  for (const char* address : {"10.0.0.1", "10.0.0.2"}) {
+    absl::StatusOr<std::string> device =
+        fabric.AddDevice(*device_profile, std::nullopt, address);
+    if (!device.ok()) return device.status();
+    absl::StatusOr<std::unique_ptr<Context>> context =
+        Context::Open(verbs, *device, config);
+    if (!context.ok()) return context.status();
+    opened.devices.push_back(*device);
+    opened.contexts.push_back(*std::move(context));
+  }
+  return opened;
+}
+
+std::string LeakReportText(const sim::Fabric& fabric) {
+  std::string report;
+  for (const sim::LiveObject& object : fabric.LeakReport()) {
+    absl::StrAppend(&report, object.ToString(), "\n");
+  }
+  return report;
+}
+
+}  // namespace rdma_transport

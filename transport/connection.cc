@@ -89,6 +89,13 @@ inline void CpuRelax() {
 
 void Connection::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
 
+std::unique_lock<std::mutex> Connection::Enter() const {
+  entering_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lock(mu_);
+  entering_.fetch_sub(1, std::memory_order_relaxed);
+  return lock;
+}
+
 Connection::Connection(const Context& context, const ConnectionOptions& options,
                        std::string name)
     : context_(context),
@@ -228,12 +235,12 @@ int Connection::event_fd() const {
 }
 
 absl::Status Connection::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock = Enter();
   return UsableLocked();
 }
 
 ConnectionStats Connection::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock = Enter();
   ConnectionStats stats = stats_;
   stats.send_credits = send_credits_.available();
   return stats;
@@ -477,9 +484,15 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   // yields the CPU.
   if (options_.progress == ProgressMode::kBusyPoll &&
       ++spin_turns_ < kSpinTurns) {
-    lock.unlock();
-    CpuRelax();
-    lock.lock();
+    // Let in a thread that is waiting for the lock; otherwise keep it (each
+    // unlock/lock pair is two atomic operations, dear under emulation).
+    if (entering_.load(std::memory_order_relaxed) > 0) {
+      lock.unlock();
+      CpuRelax();
+      lock.lock();
+    } else {
+      CpuRelax();
+    }
     return absl::OkStatus();
   }
   spin_turns_ = 0;
@@ -589,7 +602,7 @@ class ActiveCall {
 absl::Status Connection::Send(std::span<const std::byte> message,
                               Deadline deadline) {
   const size_t size = message.size();
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock = Enter();
   ActiveCall active(active_calls_, cv_);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (size > send_limit_) [[unlikely]] {
@@ -657,7 +670,7 @@ absl::Status Connection::Send(std::span<const std::byte> message,
 
 absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
                                            Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock = Enter();
   ActiveCall active(active_calls_, cv_);
   while (true) {
     // Messages that arrived intact are delivered even after the connection
@@ -806,7 +819,7 @@ absl::Status Connection::Write(std::span<const RdmaOp> ops) {
   if (absl::Status status = CheckRdmaOps(ops, true); !status.ok()) {
     return status;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock = Enter();
   ActiveCall active(active_calls_, cv_);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   return RdmaLocked(lock, ops, true);
@@ -816,14 +829,14 @@ absl::Status Connection::Read(std::span<const RdmaOp> ops) {
   if (absl::Status status = CheckRdmaOps(ops, false); !status.ok()) {
     return status;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock = Enter();
   ActiveCall active(active_calls_, cv_);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   return RdmaLocked(lock, ops, false);
 }
 
 absl::Status Connection::Check(Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock = Enter();
   ActiveCall active(active_calls_, cv_);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (peer_closed_) {
@@ -845,7 +858,7 @@ absl::Status Connection::Check(Deadline deadline) {
 }
 
 absl::Status Connection::Close(Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock = Enter();
   if (closed_) return absl::OkStatus();
   if (closing_) {
     return absl::FailedPreconditionError(

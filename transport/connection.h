@@ -59,6 +59,7 @@
 #ifndef RDMA_TRANSPORT_TRANSPORT_CONNECTION_H_
 #define RDMA_TRANSPORT_TRANSPORT_CONNECTION_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -259,7 +260,12 @@ class Connection {
   MemoryRegion recv_ring_;
   int wakeup_fd_ = -1;  // kEvent: wakes a waiter blocked in poll(2)
 
+  // Takes mu_, counted in entering_ while waiting for it, so that a busy
+  // poller holding it knows whether anybody wants it.
+  std::unique_lock<std::mutex> Enter() const;
+
   mutable std::mutex mu_;
+  mutable std::atomic<int> entering_{0};
   std::condition_variable cv_;
 
   // Send queue accounting: sequence numbers of posted work requests; a

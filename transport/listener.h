@@ -60,7 +60,12 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
 
 struct ListenerOptions {
   size_t max_pending_handshakes = 64;
-  int backlog = 128;
+  // The kernel's accept queue. When it overflows under a flood, the final
+  // ACK of a real peer's connect is dropped and its HELLO is retransmitted
+  // only after a second: large, so a flood fills the pending table (where
+  // silent sockets are dropped) rather than the kernel's queue. Capped by
+  // net.core.somaxconn (4096 on Debian 12).
+  int backlog = 4096;
 };
 
 struct ListenerStats {

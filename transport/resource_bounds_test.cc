@@ -766,8 +766,18 @@ TEST_F(HalfOpenFloodTest, RealPeersSurviveASustainedFlood) {
     }
     for (int fd : fds) close(fd);
   });
+  // Each real peer comes after another 1000 flood sockets (at most 5 s), so
+  // the flood is at full rate before the first and throughout.
+  auto flood_on = [&](int more) {
+    const int target = opened.load() + more;
+    const Deadline give_up = DeadlineIn(seconds(5));
+    while (opened.load() < target && Clock::now() < give_up) {
+      std::this_thread::yield();
+    }
+  };
   int refused = 0;
   for (int i = 0; i < 20; ++i) {
+    flood_on(1000);
     const Clock::time_point start = Clock::now();
     absl::StatusOr<std::unique_ptr<Connection>> client =
         Connect(client_context(), address);
@@ -799,6 +809,7 @@ TEST_F(HalfOpenFloodTest, RealPeersSurviveASustainedFlood) {
       static_cast<unsigned long long>(stats.timed_out),
       static_cast<unsigned long long>(stats.abandoned));
   EXPECT_GT(stats.dropped, 0u);
+  EXPECT_GE(opened.load(), 20000) << "the flood did not reach its rate";
   EXPECT_EQ(refused, 0);
   EXPECT_EQ(dead, 0);
 }

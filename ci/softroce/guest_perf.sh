@@ -42,14 +42,8 @@ echo "repeat,bytes,tool,iterations,bw_peak_gbps,bw_average_gbps,msg_rate_mpps,me
 failures=0
 invalid=0 # perftest runs that printed no figures
 port=19000
-
-wait_listening() { # tcp port
-  for _ in {1..200}; do
-    ss -Hltn "sport = :$1" | grep -q . && return 0
-    sleep 0.05
-  done
-  return 1
-}
+# shellcheck source=ci/softroce/guest_lib.sh
+source "$SOFTROCE_DIR/guest_lib.sh" # wait_listening
 
 # Runs server and client, each under its own timeout; their outputs go to
 # $raw/<name>-{server,client}.txt. Status: non-zero if either failed.

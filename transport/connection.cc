@@ -573,17 +573,31 @@ void Connection::DrainChannelLocked() {
   }
 }
 
-absl::Status Connection::WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
-                                          uint64_t seq, Deadline deadline) {
+template <typename Ready>
+absl::Status Connection::WaitUntilLocked(std::unique_lock<std::mutex>& lock,
+                                         Deadline deadline, Ready ready,
+                                         const char* waiting_for) {
   while (true) {
     if (!failure_.ok()) return failure_;
-    if (sq_completed_ > seq) return absl::OkStatus();
+    if (ready()) return absl::OkStatus();
     if (PollOnceLocked(lock)) continue;
     if (!WaitLocked(lock, deadline).ok()) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          name_, ": work request not completed before the deadline"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(name_, ": ", waiting_for, " before the deadline"));
     }
   }
+}
+
+absl::Status Connection::WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
+                                          uint64_t seq, Deadline deadline) {
+  return WaitUntilLocked(
+      lock, deadline, [&] { return sq_completed_ > seq; },
+      "work request not completed");
+}
+
+absl::Status Connection::PeerClosedError() const {
+  return absl::UnavailableError(
+      absl::StrCat(name_, ": the peer closed the connection"));
 }
 
 namespace {
@@ -618,23 +632,22 @@ absl::Status Connection::Send(std::span<const std::byte> message,
   }
   const bool send_inline =
       ShouldSendInline(static_cast<uint32_t>(size), inline_.usable_inline);
-  while (true) {
-    if (absl::Status status = UsableLocked(); !status.ok()) return status;
-    if (peer_closed_) {
-      return absl::UnavailableError(
-          absl::StrCat(name_, ": the peer closed the connection"));
-    }
-    if (send_credits_.CanSendData() && SqHasRoomLocked(1) &&
-        (send_inline || send_slot_seq_[next_send_slot_] <= sq_completed_)) {
-      break;
-    }
-    if (PollOnceLocked(lock)) continue;
-    if (!WaitLocked(lock, deadline).ok()) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          name_, ": no send credit or slot before the deadline (",
-          send_credits_.available(), " credits; the peer is not receiving)"));
-    }
+  absl::Status ready = WaitUntilLocked(
+      lock, deadline,
+      [&] {
+        return peer_closed_ ||
+               (send_credits_.CanSendData() && SqHasRoomLocked(1) &&
+                (send_inline ||
+                 send_slot_seq_[next_send_slot_] <= sq_completed_));
+      },
+      "no send credit or slot");
+  if (absl::IsDeadlineExceeded(ready) && failure_.ok()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(ready.message(), " (", send_credits_.available(),
+                     " credits; the peer is not receiving)"));
   }
+  if (!ready.ok()) return ready;
+  if (peer_closed_) return PeerClosedError();
 
   ibv_sge sge;
   ibv_send_wr wr = {};
@@ -703,10 +716,7 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
       stats_.bytes_received += length;
       return size_t{length};
     }
-    if (peer_closed_) {
-      return absl::UnavailableError(
-          absl::StrCat(name_, ": the peer closed the connection"));
-    }
+    if (peer_closed_) return PeerClosedError();
     if (!failure_.ok()) {
       // Completions of messages that arrived before the failure may still be
       // in the CQ.
@@ -798,11 +808,12 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
     }
     rdma_wrs_[batch - 1].send_flags |= IBV_SEND_SIGNALED;
 
-    while (!SqHasRoomLocked(batch)) {
-      if (absl::Status status = UsableLocked(); !status.ok()) return status;
-      if (!PollOnceLocked(lock)) (void)WaitLocked(lock, kNoDeadline);
+    if (absl::Status status = WaitUntilLocked(
+            lock, kNoDeadline, [&] { return SqHasRoomLocked(batch); },
+            "no send queue room");
+        !status.ok()) {
+      return status;
     }
-    if (absl::Status status = UsableLocked(); !status.ok()) return status;
     const uint64_t last_seq = sq_posted_ + batch - 1;
     if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
         !status.ok()) {
@@ -843,16 +854,12 @@ absl::Status Connection::Check(Deadline deadline) {
   std::unique_lock<std::mutex> lock = Enter();
   ActiveCall active(active_calls_, cv_);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
-  if (peer_closed_) {
-    return absl::UnavailableError(
-        absl::StrCat(name_, ": the peer closed the connection"));
-  }
-  while (!SqHasRoomLocked(1)) {
-    if (absl::Status status = UsableLocked(); !status.ok()) return status;
-    if (!PollOnceLocked(lock) && !WaitLocked(lock, deadline).ok()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(name_, ": liveness check could not be posted in time"));
-    }
+  if (peer_closed_) return PeerClosedError();
+  if (absl::Status status = WaitUntilLocked(
+          lock, deadline, [&] { return SqHasRoomLocked(1); },
+          "liveness check could not be posted");
+      !status.ok()) {
+    return status;
   }
   absl::StatusOr<uint64_t> seq = PostControlLocked(WrKind::kKeepalive, 0);
   if (!seq.ok()) return seq.status();
@@ -877,17 +884,14 @@ absl::Status Connection::Close(Deadline deadline) {
 
   absl::Status result;
   if (established_ && failure_.ok() && !peer_closed_) {
-    // The close message needs a credit and a send queue entry.
-    while (failure_.ok() &&
-           !(send_credits_.CanSendControl() && SqHasRoomLocked(1))) {
-      if (PollOnceLocked(lock)) continue;
-      if (!WaitLocked(lock, deadline).ok()) {
-        result = absl::DeadlineExceededError(absl::StrCat(
-            name_, ": close: no credit to tell the peer before the deadline"));
-        break;
-      }
-    }
-    if (result.ok() && failure_.ok()) {
+    // The close message needs a credit and a send queue entry. A failure
+    // meanwhile leaves nothing to tell: the close itself still succeeds.
+    absl::Status ready = WaitUntilLocked(
+        lock, deadline,
+        [&] { return send_credits_.CanSendControl() && SqHasRoomLocked(1); },
+        "close: no credit to tell the peer");
+    if (absl::IsDeadlineExceeded(ready) && failure_.ok()) result = ready;
+    if (ready.ok()) {
       absl::StatusOr<uint64_t> seq = PostControlLocked(
           WrKind::kClose, EncodeImm(ImmKind::kClose, owed_credits_.Take()));
       if (seq.ok()) {

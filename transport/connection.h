@@ -231,6 +231,15 @@ class Connection {
   absl::StatusOr<uint64_t> PostControlLocked(WrKind kind, uint32_t imm);
   absl::Status RepostLocked(uint32_t slot);
   void MaybeReturnCreditsLocked();
+  // Polls and waits until `ready()` holds. The connection's failure if one
+  // comes first; kDeadlineExceeded "<name>: <waiting_for> before the
+  // deadline" at the deadline. Every wait of the connection goes through it.
+  // (Defined in connection.cc, where every caller is.)
+  template <typename Ready>
+  absl::Status WaitUntilLocked(std::unique_lock<std::mutex>& lock,
+                               Deadline deadline, Ready ready,
+                               const char* waiting_for);
+  absl::Status PeerClosedError() const;
   absl::Status WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
                                 uint64_t seq, Deadline deadline);
   absl::Status RdmaLocked(std::unique_lock<std::mutex>& lock,

@@ -79,20 +79,11 @@ qp_pair() { # label, MC_IB_TC value ('' = unset), expected TOS, gtest filter
   fi
   stop_capture
   cat "$out/$name.log"
-  local ran passed packets with fwd rev hist seen dropped
+  local ran passed run_ok=1
   read -r ran passed < <(gtest_counts "$out/$name.log")
-  read -r packets with fwd rev hist < <(tos_counts "$out/$name.pcap" "$tos")
-  read -r seen dropped < <(capture_loss "$name")
-  local detail="$with/$packets RoCE packets with IP TOS $tos ($fwd $IP_A->$IP_B, $rev back; TOS seen: ${hist:-none})"
-  if ((rc != 0 || passed != ran || ran == 0)); then
-    report FAIL "QP pair, MC_IB_TC=${tc:-unset}: $passed/$ran tests passed (status $rc); $detail"
-  elif [[ "$dropped" != 0 || "$seen" != "$packets" ]]; then
-    report FAIL "QP pair, MC_IB_TC=${tc:-unset}: capture incomplete ($seen matched, $packets captured, $dropped dropped); $detail"
-  elif ((packets > 0 && with == packets && fwd > 0 && rev > 0)); then
-    report PASS "QP pair, MC_IB_TC=${tc:-unset}: $passed/$ran tests passed; $detail"
-  else
-    report FAIL "QP pair, MC_IB_TC=${tc:-unset}: $passed/$ran tests passed; $detail"
-  fi
+  if ((rc != 0 || passed != ran || ran == 0)); then run_ok=0; fi
+  judge_tos "QP pair, MC_IB_TC=${tc:-unset}" "$name" "$tos" 1 "$run_ok" \
+    "$passed/$ran tests passed (status $rc)"
 }
 qp_pair tc136 136 0x88 '*'
 grep '^INLINE\|^MOVED' "$out/qp_pair-tc136.log" | sort -u | sed 's/^/INFO /' | tee -a "$summary" || true

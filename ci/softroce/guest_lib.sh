@@ -63,6 +63,27 @@ capture_loss() { # name
   echo "${seen:-?} ${dropped:-?}"
 }
 
+# Reports the traffic-class check of capture <name>: PASS when the run
+# passed (<run_ok> 1), the capture is complete, it holds at least
+# <min_packets> packets, both directions, and every one carries IP TOS <tos>.
+# <run> describes the run and leads the line.
+judge_tos() { # label, name, tos, min_packets, run_ok (0|1), run
+  local label=$1 name=$2 tos=$3 min=$4 run_ok=$5 run=$6
+  local packets with fwd rev hist seen dropped
+  read -r packets with fwd rev hist < <(tos_counts "$out/$name.pcap" "$tos")
+  read -r seen dropped < <(capture_loss "$name")
+  local detail="$with/$packets RoCE packets with IP TOS $tos ($fwd $IP_A->$IP_B, $rev back; TOS seen: ${hist:-none})"
+  if ((!run_ok)); then
+    report FAIL "$label: $run; $detail"
+  elif [[ "$dropped" != 0 || "$seen" != "$packets" ]]; then
+    report FAIL "$label: capture incomplete ($seen matched, $packets captured, $dropped dropped); $run; $detail"
+  elif ((packets >= min && with == packets && fwd > 0 && rev > 0)); then
+    report PASS "$label: $run; $detail"
+  else
+    report FAIL "$label: $run; $detail"
+  fi
+}
+
 summary=${summary:-$out/summary.txt}
 failures=${failures:-0}
 report() { # PASS|FAIL|INFO, text

@@ -72,21 +72,14 @@ tos_check() { # label, tclass ('' = unset), expected tos
 
   echo "--- $name (client; server output in $name-server.txt)"
   cat "$out/$name-client.txt"
-  local packets with fwd rev hist dropped seen latency
-  read -r packets with fwd rev hist < <(tos_counts "$out/$name.pcap" "$tos")
-  read -r seen dropped < <(capture_loss "$name")
+  local latency
   # perftest prints: #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
   latency=$(awk '/t_typical/ { getline; printf "t_min %s us, t_typical %s us, t_avg %s us, 99.9%% %s us", $3, $5, $6, $9 }' \
     "$out/$name-client.txt")
-  local detail="tclass ${tclass:-unset}: $with/$packets RoCE packets with IP TOS $tos ($fwd $IP_A->$IP_B, $rev back; TOS seen: ${hist:-none})"
-  if ((rc != 0)); then
-    report FAIL "TOS $label: ib_send_lat failed (status $rc); $detail"
-  elif [[ "${dropped:-x}" != 0 || "${seen:-x}" != "$packets" ]]; then
-    report FAIL "TOS $label: capture incomplete (${seen:-?} packets matched, $packets captured, ${dropped:-?} dropped); $detail"
-  elif ((packets >= iterations && with == packets && fwd > 0 && rev > 0)); then
-    report PASS "TOS $label: $detail"
+  if ((rc == 0)); then
+    judge_tos "TOS $label" "$name" "$tos" "$iterations" 1 "tclass ${tclass:-unset}"
   else
-    report FAIL "TOS $label: $detail"
+    judge_tos "TOS $label" "$name" "$tos" "$iterations" 0 "tclass ${tclass:-unset}, ib_send_lat failed (status $rc)"
   fi
   [[ -z "$latency" ]] || report INFO "ib_send_lat $label ${size}B x$iterations $RXE_A->$RXE_B: $latency"
   if grep -q 'Device not recognized to implement inline feature' "$out/$name-client.txt"; then

@@ -76,7 +76,9 @@ std::string LiveObject::ToString() const {
 }
 
 Fabric::Fabric(FabricOptions options)
-    : core_(std::make_unique<FabricCore>(options)), faults_(core_.get()) {}
+    : core_(std::make_unique<FabricCore>(options)),
+      faults_(core_.get()),
+      env_(std::make_unique<SimEnv>(this, options.clock)) {}
 
 Fabric::~Fabric() {
   const std::vector<LiveObject> leaks = LeakReport();
@@ -170,18 +172,43 @@ std::chrono::nanoseconds Fabric::Now() const {
 }
 
 size_t Fabric::RunUntilIdle() {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->RunUntilIdleLocked();
+  size_t count;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    count = core_->RunUntilIdleLocked();
+  }
+  env_->Notify();
+  return count;
 }
 
 bool Fabric::Step() {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->StepLocked();
+  bool stepped;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    stepped = core_->StepLocked();
+  }
+  env_->Notify();
+  return stepped;
 }
 
 size_t Fabric::AdvanceClock(std::chrono::nanoseconds duration) {
+  size_t count;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    count = core_->AdvanceClockLocked(duration);
+  }
+  env_->Notify();
+  return count;
+}
+
+void Fabric::AdvanceClockQuietly(std::chrono::nanoseconds duration) {
   std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->AdvanceClockLocked(duration);
+  core_->AdvanceClockLocked(duration);
+}
+
+std::optional<std::chrono::nanoseconds> Fabric::NextEventTime() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->NextEventTimeLocked();
 }
 
 size_t Fabric::PendingEvents() const {

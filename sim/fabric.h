@@ -50,6 +50,7 @@
 #include "sim/counters.h"
 #include "sim/device_profile.h"
 #include "sim/fault_injector.h"
+#include "sim/sim_env.h"
 
 namespace rdma_transport::sim {
 
@@ -68,6 +69,9 @@ struct FabricOptions {
   std::chrono::nanoseconds link_latency{1000};
   // Serialisation rate: a message of B bytes also takes B * 8 / link_gbps ns.
   uint32_t link_gbps = 100;
+  // The transport's clock (sim/sim_env.h): virtual, or the wall clock with
+  // real TCP for setup.
+  ClockMode clock = ClockMode::kVirtual;
 };
 
 // One verbs object still alive, for the leak report.
@@ -97,6 +101,8 @@ class Fabric {
   std::vector<std::string> DeviceNames() const;
 
   FaultInjector& faults() { return faults_; }
+  // The Env of the transport running on this fabric (sim/sim_env.h).
+  SimEnv& env() { return *env_; }
 
   ProgressMode progress_mode() const;
   // Switching to kImmediate runs the fabric to quiescence.
@@ -116,6 +122,8 @@ class Fabric {
   // Now() + duration; returns how many ran.
   size_t AdvanceClock(std::chrono::nanoseconds duration);
   size_t PendingEvents() const;
+  // Virtual time of the earliest pending event, if any.
+  std::optional<std::chrono::nanoseconds> NextEventTime() const;
 
   // --- Accounting ---
 
@@ -127,10 +135,14 @@ class Fabric {
 
  private:
   friend class SimVerbs;
+  friend class SimEnv;
   internal::FabricCore& core() { return *core_; }
+  // AdvanceClock() without telling the SimEnv (which calls it).
+  void AdvanceClockQuietly(std::chrono::nanoseconds duration);
 
   std::unique_ptr<internal::FabricCore> core_;
   FaultInjector faults_;
+  std::unique_ptr<SimEnv> env_;
 };
 
 }  // namespace rdma_transport::sim

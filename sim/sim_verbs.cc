@@ -16,11 +16,24 @@
 #include "absl/strings/str_cat.h"
 #include "sim/internal/fabric_core.h"
 #include "sim/internal/qp_transitions.h"
+#include "sim/sim_env.h"
 #include "verbs_shim/verbs_error.h"
 #include "verbs_shim/verbs_names.h"
 
 namespace rdma_transport::sim {
 namespace {
+
+// Declared before the fabric's lock in a verbs call that may give another
+// thread's wait its answer (a completion, an arrival, a flush): tells the
+// fabric's SimEnv once the lock is released.
+class NotifyWaitersOnReturn {
+ public:
+  explicit NotifyWaitersOnReturn(Fabric* fabric) : fabric_(fabric) {}
+  ~NotifyWaitersOnReturn() { fabric_->env().Notify(); }
+
+ private:
+  Fabric* const fabric_;
+};
 
 using CallFault = internal::FaultPlan::CallFault;
 using internal::AsyncEventTarget;
@@ -204,6 +217,8 @@ void RecordQpAttributes(SimQp& qp, const ibv_qp_attr& attr, int mask) {
 SimVerbs::SimVerbs(Fabric* fabric) : fabric_(fabric) {}
 
 // --- Devices ---
+
+Env& SimVerbs::env() { return fabric_->env(); }
 
 absl::StatusOr<std::vector<std::string>> SimVerbs::ListDevices() {
   return fabric_->DeviceNames();
@@ -723,6 +738,7 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
 }
 
 absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
   std::lock_guard<std::mutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
@@ -825,6 +841,7 @@ absl::Status SimVerbs::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
 }
 
 absl::Status SimVerbs::DestroyQp(ibv_qp* qp) {
+  const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
   std::lock_guard<std::mutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
@@ -844,6 +861,7 @@ absl::Status SimVerbs::DestroyQp(ibv_qp* qp) {
 
 absl::Status SimVerbs::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                                 ibv_send_wr** bad_wr) {
+  const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
   std::lock_guard<std::mutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
@@ -858,6 +876,7 @@ absl::Status SimVerbs::PostSend(ibv_qp* qp, ibv_send_wr* wr,
 
 absl::Status SimVerbs::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                                 ibv_recv_wr** bad_wr) {
+  const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
   std::lock_guard<std::mutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);

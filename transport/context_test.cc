@@ -76,7 +76,7 @@ class ContextTest : public ::testing::Test {
   }
 
   NiceMock<MockVerbs> verbs_;
-  ibv_context device_ = {};
+  ibv_context device_ = {.async_fd = -1};
   ibv_pd pd_ = {};
   ibv_device_attr device_attr_ = {};
   ibv_port_attr port_attr_ = {};

@@ -167,6 +167,12 @@ size_t FabricCore::PendingEventCountLocked() const {
   return live;
 }
 
+std::optional<Nanos> FabricCore::NextEventTimeLocked() {
+  DropStaleEventsLocked();
+  if (event_heap_.empty()) return std::nullopt;
+  return event_heap_.front().time;
+}
+
 void FabricCore::ProgressLocked() {
   if (options.progress_mode == ProgressMode::kImmediate) RunUntilIdleLocked();
 }

@@ -389,6 +389,8 @@ class FabricCore {
   size_t AdvanceClockLocked(Nanos duration);
   // Events still meaningful (stale timers and packets excluded).
   size_t PendingEventCountLocked() const;
+  // The time of the earliest event still meaningful, if any.
+  std::optional<Nanos> NextEventTimeLocked();
   // In kImmediate mode, runs to quiescence; in kManual, does nothing.
   void ProgressLocked();
 

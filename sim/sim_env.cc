@@ -1,6 +1,7 @@
 #include "sim/sim_env.h"
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,6 +16,13 @@ namespace {
 // A blocked waiter looks at its fds again this often in real time: a stream
 // written by a thread that is still running shows up without a Notify().
 constexpr auto kFdRecheck = std::chrono::milliseconds(1);
+constexpr int kSpinTurnsBeforeSleep = 256;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 int PollNow(std::span<pollfd> fds) {
   for (pollfd& fd : fds) fd.revents = 0;
@@ -86,6 +94,19 @@ int SimEnv::Wait(uint64_t token, std::span<pollfd> fds, Deadline wake,
   if (mode_ == ClockMode::kWallClock) {
     return Env::Real().Wait(token, fds, wake, kind);
   }
+  // Another participant is usually about to produce what this one waits
+  // for: look again for a while before sleeping (time cannot move while
+  // this thread spins, as it is not blocked yet).
+  if (fds.empty() && participants_ > 1) {
+    for (int turn = 0; turn < kSpinTurnsBeforeSleep; ++turn) {
+      if (generation_.load(std::memory_order_acquire) != token) return 0;
+      if (turn % 16 == 15) {
+        sched_yield();
+      } else {
+        CpuRelax();
+      }
+    }
+  }
   std::unique_lock<std::mutex> lock(mu_);
   Waiter me{token, fds, wake};
   waiters_.push_back(&me);
@@ -95,7 +116,7 @@ int SimEnv::Wait(uint64_t token, std::span<pollfd> fds, Deadline wake,
     if (!fds.empty() && (result = PollNow(fds)) > 0) break;
     if (generation_.load() != token) break;
     if (Now() >= wake) break;
-    if (BlockedLocked() >= static_cast<size_t>(participants_)) {
+    if (BlockedLocked() >= static_cast<size_t>(participants_.load())) {
       AdvanceLocked(lock);
       continue;
     }
@@ -126,7 +147,7 @@ void SimEnv::AdvanceLocked(std::unique_lock<std::mutex>& lock) {
                  "sim: deadlock at virtual time %.9f s: all %d participating "
                  "thread(s) wait with no deadline and the fabric has nothing "
                  "to do\n",
-                 now.count() / 1e9, participants_);
+                 now.count() / 1e9, participants_.load());
     std::abort();
   }
   step = target == kNoDeadline
@@ -143,7 +164,7 @@ void SimEnv::AdvanceLocked(std::unique_lock<std::mutex>& lock) {
     std::fprintf(stderr,
                  "sim: virtual time would pass its limit of %.3f s (now %.9f "
                  "s, %d participant(s) waiting): the scenario never ends\n",
-                 time_limit_.count() / 1e9, now.count() / 1e9, participants_);
+                 time_limit_.count() / 1e9, now.count() / 1e9, participants_.load());
     std::abort();
   }
   fabric_->AdvanceClockQuietly(step);

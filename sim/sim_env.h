@@ -104,7 +104,7 @@ class SimEnv final : public Env {
   std::condition_variable cv_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> sleepers_{0};
-  int participants_ = 1;
+  std::atomic<int> participants_{1};
   std::vector<Waiter*> waiters_;
   std::atomic<uint64_t> advances_{0};
 };

@@ -684,9 +684,9 @@ void Connection::ServiceLocked(std::unique_lock<std::mutex>& lock,
 absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
                                     uint64_t token, Deadline deadline) {
   const bool busy = options_.progress == ProgressMode::kBusyPoll;
-  // kBusyPoll on a real clock: most turns only let the other thread in and
+  // kBusyPoll: most turns only let the other thread in and
   // pause; every kSpinTurns-th looks at the clock and the fds and yields.
-  if (busy && !env_.virtual_time() && ++spin_turns_ < kSpinTurns) {
+  if (busy && ++spin_turns_ < kSpinTurns) {
     // Let in a thread that is waiting for the lock; otherwise keep it (each
     // unlock/lock pair is two atomic operations, dear under emulation).
     if (entering_.load(std::memory_order_relaxed) > 0) {

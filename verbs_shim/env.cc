@@ -60,6 +60,13 @@ Env& Env::Real() {
   return *env;
 }
 
+void Env::SleepUntil(Deadline deadline) {
+  while (Now() < deadline) {
+    const uint64_t token = PrepareWait();
+    Wait(token, {}, deadline, WaitKind::kBlock);
+  }
+}
+
 Deadline Env::DeadlineIn(Clock::duration timeout) {
   const Deadline now = Now();
   if (timeout >= kNoDeadline - now) return kNoDeadline;

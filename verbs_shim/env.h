@@ -85,6 +85,10 @@ class Env {
   // True when time is simulated: no wait costs real time.
   virtual bool virtual_time() const { return false; }
 
+  // Waits until `deadline` (a virtual clock: until every participant waits
+  // and time has moved there).
+  void SleepUntil(Deadline deadline);
+
   virtual uint64_t PrepareWait() { return 0; }
   // See the file comment. `fds` may be empty. Returns the number of readable
   // fds (revents set), or 0 when woken otherwise. Never fails: a poll(2)

@@ -221,6 +221,7 @@ class Connection final : private AsyncEventListener {
 
  private:
   friend class ConnectionSetup;
+  friend class ConnectionTestPeer;  // tests/connection_test_peer.h
 
   class CallScope;
 

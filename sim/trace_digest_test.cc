@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
 #include "sim/fault_injector.h"
+#include "sim/internal/trace.h"
 #include "sim/sim_testing.h"
 #include "sim/sim_verbs.h"
 #include "sim/test_macros.h"
@@ -17,8 +18,71 @@
 namespace rdma_transport::sim {
 namespace {
 
+using internal::Trace;
+using internal::TraceRecord;
+using internal::TraceWord;
 using std::chrono::microseconds;
 using std::chrono::nanoseconds;
+
+// The mixing itself (sim/internal/trace.h).
+
+TEST(TraceTest, EveryRecordMovesTheDigestEvenAllZero) {
+  Trace trace;
+  const uint64_t empty = trace.digest();
+  trace.Record(TraceRecord::kPacketLost, 0);
+  const uint64_t one = trace.digest();
+  trace.Record(TraceRecord::kPacketLost, 0);
+  EXPECT_NE(empty, one);
+  EXPECT_NE(one, trace.digest());
+}
+
+TEST(TraceTest, OrderKindAndPositionMatter) {
+  auto digest = [](auto&& record) {
+    Trace trace;
+    record(trace);
+    return trace.digest();
+  };
+  const uint64_t ab = digest([](Trace& t) {
+    t.Record(TraceRecord::kEvent, 1, 2);
+    t.Record(TraceRecord::kEvent, 3, 4);
+  });
+  const uint64_t ba = digest([](Trace& t) {
+    t.Record(TraceRecord::kEvent, 3, 4);
+    t.Record(TraceRecord::kEvent, 1, 2);
+  });
+  const uint64_t swapped_words = digest([](Trace& t) {
+    t.Record(TraceRecord::kEvent, 2, 1);
+    t.Record(TraceRecord::kEvent, 3, 4);
+  });
+  const uint64_t other_kind = digest([](Trace& t) {
+    t.Record(TraceRecord::kCompletion, 1, 2);
+    t.Record(TraceRecord::kEvent, 3, 4);
+  });
+  EXPECT_NE(ab, ba);
+  EXPECT_NE(ab, swapped_words);
+  EXPECT_NE(ab, other_kind);
+}
+
+TEST(TraceTest, AOneBitChangeInAnyWordChangesTheDigest) {
+  auto digest = [](int word, int bit) {
+    Trace trace;
+    for (int record = 0; record < 3; ++record) {
+      uint64_t words[4] = {100, 200, 300, 400};
+      if (record == 1 && word >= 0) words[word] ^= uint64_t{1} << bit;
+      trace.Record(TraceRecord::kEvent, words[0], words[1], words[2], words[3]);
+    }
+    return trace.digest();
+  };
+  const uint64_t reference = digest(-1, 0);
+  for (int word = 0; word < 4; ++word) {
+    for (int bit = 0; bit < 64; ++bit) {
+      EXPECT_NE(digest(word, bit), reference) << word << " " << bit;
+    }
+  }
+  EXPECT_EQ(TraceWord(1, 2), (uint64_t{2} << 32) | 1);
+}
+
+// The fabric's digest.
 
 struct ScenarioRun {
   uint64_t digest = 0;
@@ -32,6 +96,7 @@ struct Variation {
   int extra_drops = 0;        // Requests to the responder lost.
   bool port_flap = false;     // PortDown + PortUp of the responder first.
   bool kill_mid_way = false;  // KillDeviceAt(responder, 9 us).
+  uint64_t first_wr_id = 0;   // Of the sends.
 };
 
 // Two devices, one RC connection, a mixed workload (SENDs, a WRITE with
@@ -69,12 +134,13 @@ ScenarioRun RunScenario(const Variation& variation) {
   // In kImmediate each post runs to quiescence; in kManual the whole
   // workload runs in RunUntilIdle.
   for (int i = 0; i < 4; ++i) {
-    EXPECT_OK(a->PostSend(i, IBV_WR_SEND, 64 * i, 64));
+    EXPECT_OK(a->PostSend(variation.first_wr_id + i, IBV_WR_SEND, 64 * i, 64));
   }
-  EXPECT_OK(a->PostSend(4, IBV_WR_RDMA_WRITE_WITH_IMM, 0, 4096,
-                        IBV_SEND_SIGNALED, 7, b->address(8192), b->rkey()));
-  EXPECT_OK(a->PostSend(5, IBV_WR_RDMA_READ, 16384, 1024, IBV_SEND_SIGNALED, 0,
-                        b->address(0), b->rkey()));
+  EXPECT_OK(a->PostSend(variation.first_wr_id + 4, IBV_WR_RDMA_WRITE_WITH_IMM,
+                        0, 4096, IBV_SEND_SIGNALED, 7, b->address(8192),
+                        b->rkey()));
+  EXPECT_OK(a->PostSend(variation.first_wr_id + 5, IBV_WR_RDMA_READ, 16384,
+                        1024, IBV_SEND_SIGNALED, 0, b->address(0), b->rkey()));
   fabric.RunUntilIdle();
   EXPECT_OK(a->PollSendCq().status());
   EXPECT_OK(b->PollRecvCq().status());
@@ -131,6 +197,16 @@ TEST(TraceDigestTest, TimingIsPartOfTheDigest) {
   const ScenarioRun slow = RunScenario(slower);
   EXPECT_EQ(clean.events, slow.events);  // The same events, a bit later.
   EXPECT_NE(clean.digest, slow.digest);
+}
+
+TEST(TraceDigestTest, CompletionsArePartOfTheDigest) {
+  Variation other_ids;
+  other_ids.first_wr_id = 1000;
+  const ScenarioRun clean = RunScenario({});
+  const ScenarioRun renamed = RunScenario(other_ids);
+  // The same events at the same times; only the completions' wr_id differ.
+  EXPECT_EQ(clean.events, renamed.events);
+  EXPECT_NE(clean.digest, renamed.digest);
 }
 
 TEST(TraceDigestTest, AsyncEventsArePartOfTheDigest) {

@@ -735,7 +735,8 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
 void FabricCore::WriteCqeLocked(SimCq& cq, const CqEntry& entry) {
   Device& device = *cq.context->device;
   if (cq.in_error() || cq.entries.full()) {
-    trace.Record(TraceRecord::kCompletionLost, now.count(), cq.id, entry.qp_num,
+    // At the time of the event writing it, recorded already.
+    trace.Record(TraceRecord::kCompletionLost, TraceWord(cq.id, entry.qp_num),
                  entry.wqe_index, entry.wc.status);
     ++device.counters.completions_lost;
     if (!cq.in_error()) {
@@ -747,9 +748,11 @@ void FabricCore::WriteCqeLocked(SimCq& cq, const CqEntry& entry) {
     }
     return;
   }
-  trace.Record(TraceRecord::kCompletion, now.count(), cq.id, entry.qp_num,
-               entry.wqe_index, entry.is_send, entry.wc.wr_id, entry.wc.status,
-               entry.wc.opcode, entry.wc.byte_len);
+  trace.Record(
+      TraceRecord::kCompletion, TraceWord(cq.id, entry.qp_num), entry.wqe_index,
+      entry.wc.wr_id,
+      TraceWord(TraceBytes(entry.wc.status, entry.wc.opcode, entry.is_send, 0),
+                entry.wc.byte_len));
   cq.entries.Push(entry);
   ++device.counters.completions_by_status[entry.wc.status];
   if (cq.armed && cq.channel != nullptr &&

@@ -124,9 +124,11 @@ bool FabricCore::StepLocked() {
   event_heap_.pop_back();
   if (event.time > now) now = event.time;
   ++events_run;
-  trace.Record(TraceRecord::kEvent, now.count(), event.kind, event.qp_num,
-               event.wqe_index, event.attempt, event.reply, event.nak_status,
-               event.fault, event.fault_device);
+  trace.Record(TraceRecord::kEvent, now.count(),
+               TraceWord(event.qp_num, event.attempt), event.wqe_index,
+               TraceWord(TraceBytes(event.kind, event.reply, event.nak_status,
+                                    event.fault),
+                         event.fault_device));
   switch (event.kind) {
     case EventKind::kTransmit:
       HandleTransmitLocked(event);
@@ -328,14 +330,15 @@ void FabricCore::RaiseAsyncEventLocked(SimContext& context, ibv_event_type type,
   }
   context.async_events.push_back(pending);
   ++context.device->counters.async_events_by_type[type];
-  trace.Record(TraceRecord::kAsyncEvent, now.count(), context.id, type,
-               target_id);
+  trace.Record(TraceRecord::kAsyncEvent, now.count(),
+               TraceWord(context.id, target_id), type);
   SignalEventFd(context.verbs.async_fd);
 }
 
 void FabricCore::CountPacketLostLocked(Device& where, uint32_t qp_num) {
   ++where.counters.packets_dropped;
-  trace.Record(TraceRecord::kPacketLost, now.count(), where.index, qp_num);
+  // Always inside an event, whose time is recorded already.
+  trace.Record(TraceRecord::kPacketLost, TraceWord(where.index, qp_num));
 }
 
 std::vector<LiveObject> FabricCore::LeakReportLocked() const {

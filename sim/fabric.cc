@@ -239,4 +239,14 @@ std::vector<LiveObject> Fabric::LeakReport() const {
   return core_->LeakReportLocked();
 }
 
+uint64_t Fabric::TraceDigest() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->trace.digest();
+}
+
+uint64_t Fabric::EventsRun() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->events_run;
+}
+
 }  // namespace rdma_transport::sim

@@ -315,7 +315,7 @@ absl::Status SimVerbs::QueryPort(ibv_context* context, uint8_t port,
   const Device& device = *sim->device;
   const DeviceProfile& profile = device.profile;
   *attr = ibv_port_attr{};
-  attr->state = device.dead ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+  attr->state = device.port_state();
   attr->max_mtu = profile.max_mtu;
   attr->active_mtu = profile.active_mtu;
   attr->gid_tbl_len = profile.gid_table_length;
@@ -327,7 +327,7 @@ absl::Status SimVerbs::QueryPort(ibv_context* context, uint8_t port,
   attr->max_vl_num = 4;
   attr->active_width = profile.active_width;
   attr->active_speed = profile.active_speed;
-  attr->phys_state = device.dead ? 3 /* disabled */ : 5 /* link up */;
+  attr->phys_state = device.link_up() ? 5 /* link up */ : 3 /* disabled */;
   attr->link_layer = profile.link_layer;
   return absl::OkStatus();
 }

@@ -78,7 +78,9 @@ std::string LiveObject::ToString() const {
 Fabric::Fabric(FabricOptions options)
     : core_(std::make_unique<FabricCore>(options)),
       faults_(core_.get()),
-      env_(std::make_unique<SimEnv>(this, options.clock)) {}
+      env_(std::make_unique<SimEnv>(this, options.clock)) {
+  faults_.env_ = env_.get();
+}
 
 Fabric::~Fabric() {
   const std::vector<LiveObject> leaks = LeakReport();

@@ -15,6 +15,20 @@
 namespace rdma_transport::sim {
 namespace {
 
+// Declared before the fabric's lock in a fault that may end another
+// thread's wait (an async event, a flush, a lost port): tells the fabric's
+// SimEnv once the lock is released.
+class NotifyWaiters {
+ public:
+  explicit NotifyWaiters(Env* env) : env_(env) {}
+  ~NotifyWaiters() {
+    if (env_ != nullptr) env_->Notify();
+  }
+
+ private:
+  Env* const env_;
+};
+
 using internal::Device;
 using internal::FabricCore;
 using internal::Nanos;
@@ -124,6 +138,7 @@ CallFault MakeCallFault(int error, int times, std::string_view device) {
 
 void FaultInjector::RefuseCreateQp(int error, int times,
                                    std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   core_->faults.create_qp.push_back(MakeCallFault(error, times, device));
 }
@@ -131,6 +146,7 @@ void FaultInjector::RefuseCreateQp(int error, int times,
 void FaultInjector::RefuseCreateQpAboveInline(uint32_t max_inline_data,
                                               int error, int times,
                                               std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   CallFault fault = MakeCallFault(error, times, device);
   fault.when_inline_above = max_inline_data;
@@ -138,18 +154,21 @@ void FaultInjector::RefuseCreateQpAboveInline(uint32_t max_inline_data,
 }
 
 void FaultInjector::FailRegMr(int error, int times, std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   core_->faults.reg_mr.push_back(MakeCallFault(error, times, device));
 }
 
 void FaultInjector::FailCreateCq(int error, int times,
                                  std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   core_->faults.create_cq.push_back(MakeCallFault(error, times, device));
 }
 
 void FaultInjector::FailModifyQp(ibv_qp_state from, ibv_qp_state to, int error,
                                  int times, std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   CallFault fault = MakeCallFault(error, times, device);
   fault.from = from;
@@ -163,6 +182,7 @@ absl::Status FaultInjector::FailCompletions(const FaultTarget& target,
     return absl::InvalidArgumentError(
         "FailCompletions needs an error status, not IBV_WC_SUCCESS");
   }
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
   if (!resolved.ok()) return resolved.status();
@@ -172,6 +192,7 @@ absl::Status FaultInjector::FailCompletions(const FaultTarget& target,
 }
 
 absl::Status FaultInjector::DropPackets(const FaultTarget& target, int count) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
   if (!resolved.ok()) return resolved.status();
@@ -181,6 +202,7 @@ absl::Status FaultInjector::DropPackets(const FaultTarget& target, int count) {
 
 absl::Status FaultInjector::DelayDelivery(const FaultTarget& target,
                                           std::chrono::nanoseconds delay) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
   if (!resolved.ok()) return resolved.status();
@@ -194,6 +216,7 @@ absl::Status FaultInjector::DelayDelivery(const FaultTarget& target,
 }
 
 absl::Status FaultInjector::KillDevice(std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
@@ -203,6 +226,7 @@ absl::Status FaultInjector::KillDevice(std::string_view device) {
 }
 
 absl::Status FaultInjector::ReviveDevice(std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
@@ -211,6 +235,7 @@ absl::Status FaultInjector::ReviveDevice(std::string_view device) {
 }
 
 absl::Status FaultInjector::PortDown(std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
@@ -220,6 +245,7 @@ absl::Status FaultInjector::PortDown(std::string_view device) {
 }
 
 absl::Status FaultInjector::PortUp(std::string_view device) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
@@ -230,6 +256,7 @@ absl::Status FaultInjector::PortUp(std::string_view device) {
 
 absl::Status FaultInjector::ChangeGid(std::string_view device, uint32_t index,
                                       const ibv_gid& gid, ibv_gid_type type) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
@@ -244,6 +271,7 @@ absl::Status FaultInjector::ChangeGid(std::string_view device, uint32_t index,
 
 absl::Status FaultInjector::ChangeIpv4(std::string_view device,
                                        std::string_view ipv4) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
@@ -277,6 +305,7 @@ absl::Status FaultInjector::ChangeIpv4(std::string_view device,
 }
 
 absl::Status FaultInjector::RemoveGid(std::string_view device, uint32_t index) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
@@ -295,6 +324,7 @@ absl::Status FaultInjector::RemoveGid(std::string_view device, uint32_t index) {
 }
 
 absl::Status FaultInjector::RaiseQpFatal(uint32_t qp_num) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   SimQp* qp = core_->FindQpByNum(qp_num);
   if (qp == nullptr) return NoSuchQp(qp_num);
@@ -305,6 +335,7 @@ absl::Status FaultInjector::RaiseQpFatal(uint32_t qp_num) {
 
 absl::Status FaultInjector::RaiseCqError(std::string_view device,
                                          uint32_t cq_handle) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   const Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
@@ -318,6 +349,7 @@ absl::Status FaultInjector::RaiseCqError(std::string_view device,
 }
 
 absl::Status FaultInjector::RaiseCqErrorOfQp(uint32_t qp_num, QpCq which) {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   SimQp* qp = core_->FindQpByNum(qp_num);
   if (qp == nullptr) return NoSuchQp(qp_num);
@@ -342,6 +374,7 @@ absl::Status FaultInjector::PortUpAt(std::string_view device,
 }
 
 void FaultInjector::Clear() {
+  const NotifyWaiters notify(env_);
   std::lock_guard<std::mutex> lock(core_->mu);
   core_->faults = internal::FaultPlan{};
   ++core_->fault_generation;  // Cancels the scheduled faults not yet run.

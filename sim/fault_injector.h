@@ -41,6 +41,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "verbs_shim/env.h"
 
 namespace rdma_transport::sim {
 
@@ -195,6 +196,7 @@ class FaultInjector {
   explicit FaultInjector(internal::FabricCore* core) : core_(core) {}
 
   internal::FabricCore* const core_;
+  Env* env_ = nullptr;  // the fabric's SimEnv, told after every fault
 };
 
 }  // namespace rdma_transport::sim

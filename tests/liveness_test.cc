@@ -312,6 +312,110 @@ TEST_F(LivenessTest, AGracefulCloseIsNotMistakenForAProcessExit) {
   EXPECT_THAT(end.message(), HasSubstr("the peer closed the connection"));
 }
 
+// --- Asynchronous events: at once, and only the connections they name -----
+
+class AsyncEventTest : public LivenessTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(Connect());
+    // A second pair on the same two contexts.
+    DialResult dial = Dial(*contexts_[0], *contexts_[1], ConnectionOptions{});
+    ASSERT_TRUE(dial.client.ok() && dial.server.ok());
+    other_client_ = *std::move(dial.client);
+    other_server_ = *std::move(dial.server);
+  }
+  void TearDown() override {
+    other_client_.reset();
+    other_server_.reset();
+    LivenessTest::TearDown();
+  }
+  // Waits in Receive() on `connection`; the Status and the virtual time it
+  // took.
+  std::pair<absl::Status, Clock::duration> ReceiveUntilFailure(
+      Connection& connection) {
+    const Deadline start = env().Now();
+    std::vector<std::byte> buffer(64);
+    absl::Status status = connection.Receive(buffer, kNoDeadline).status();
+    return {status, env().Now() - start};
+  }
+  // True when `connection` is still healthy: a liveness check succeeds.
+  bool Healthy(Connection& connection) {
+    return connection.Check(In(seconds(5))).ok();
+  }
+
+  std::unique_ptr<Connection> other_client_;
+  std::unique_ptr<Connection> other_server_;
+};
+
+TEST_F(AsyncEventTest, QpFatalFailsThatQpsConnectionOnly) {
+  ASSERT_TRUE(fabric_->faults().RaiseQpFatal(client_->qp()->qp_num).ok());
+  auto [status, took] = ReceiveUntilFailure(*client_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("IBV_EVENT_QP_FATAL (the QP failed)"));
+  EXPECT_EQ(took, Clock::duration::zero());
+  EXPECT_TRUE(Healthy(*other_client_));
+  EXPECT_EQ(contexts_[0]->async_events().qp_fatal, 1u);
+  EXPECT_EQ(contexts_[0]->async_events().connections_failed, 1u);
+}
+
+TEST_F(AsyncEventTest, CqErrorFailsThatCqsConnectionOnly) {
+  ASSERT_TRUE(
+      fabric_->faults().RaiseCqErrorOfQp(other_client_->qp()->qp_num).ok());
+  auto [status, took] = ReceiveUntilFailure(*other_client_);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr("IBV_EVENT_CQ_ERR"));
+  EXPECT_EQ(took, Clock::duration::zero());
+  EXPECT_TRUE(Healthy(*client_));
+  EXPECT_EQ(contexts_[0]->async_events().cq_error, 1u);
+}
+
+TEST_F(AsyncEventTest, PortErrorFailsEveryConnectionOfThePortAtOnce) {
+  ASSERT_TRUE(fabric_->faults().PortDown(devices_[0]).ok());
+  for (Connection* connection : {client_.get(), other_client_.get()}) {
+    auto [status, took] = ReceiveUntilFailure(*connection);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_THAT(status.message(),
+                HasSubstr("IBV_EVENT_PORT_ERR (the port went down)"));
+    // Without the event: keepalive_interval + the retry budget.
+    EXPECT_EQ(took, Clock::duration::zero());
+  }
+  EXPECT_EQ(contexts_[0]->async_events().port_error, 1u);
+  EXPECT_EQ(contexts_[0]->async_events().connections_failed, 2u);
+  // The other device's connections only learn by their probes.
+  EXPECT_EQ(contexts_[1]->async_events().port_error, 0u);
+}
+
+TEST_F(AsyncEventTest, DeviceFatalFailsEveryConnectionOfTheDevice) {
+  // This side's own NIC dies: QP_FATAL for each QP, then DEVICE_FATAL.
+  ASSERT_TRUE(fabric_->faults().KillDevice(devices_[0]).ok());
+  for (Connection* connection : {client_.get(), other_client_.get()}) {
+    auto [status, took] = ReceiveUntilFailure(*connection);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_EQ(took, Clock::duration::zero());
+  }
+  const AsyncEventCounts events = contexts_[0]->async_events();
+  EXPECT_EQ(events.device_fatal, 1u);
+  EXPECT_EQ(events.qp_fatal, 2u);
+}
+
+TEST_F(AsyncEventTest, AGidChangeIsUsedForNewConnections) {
+  const SelectedGid before = contexts_[0]->gid();
+  ASSERT_TRUE(fabric_->faults().ChangeIpv4(devices_[0], "10.0.0.9").ok());
+  // Any wait drains the event.
+  std::vector<std::byte> buffer(64);
+  (void)client_->Receive(buffer, env().Now());
+  EXPECT_EQ(contexts_[0]->async_events().gid_change, 1u);
+  EXPECT_EQ(contexts_[0]->async_events().gid_reselections, 1u);
+  const SelectedGid after = contexts_[0]->gid();
+  EXPECT_EQ(after.index, before.index);
+  EXPECT_EQ(after.gid.raw[15], 9);  // ::ffff:10.0.0.9
+  // A connection made now uses it and works.
+  DialResult dial = Dial(*contexts_[0], *contexts_[1], ConnectionOptions{});
+  ASSERT_TRUE(dial.client.ok() && dial.server.ok());
+  EXPECT_TRUE(Healthy(**dial.client));
+}
+
 // --- Readiness: the fd never sleeps on a queued message -------------------
 
 // The lost wakeup itself, deterministically: the server waits in Send() for

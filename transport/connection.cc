@@ -514,6 +514,9 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     if (wc.status == IBV_WC_RETRY_EXC_ERR) {
       absl::StrAppend(&detail, "; the peer is unreachable or gone");
     }
+    // A QP or CQ the device failed flushes its work: the async event, if
+    // one came, is the reason to report.
+    CheckAsyncEventsLocked(detail);
     FailLocked(absl::Status(CodeForCompletion(wc.status), detail));
     return;
   }
@@ -555,7 +558,9 @@ bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
   ibv_wc wcs[kPollBatch];
   absl::StatusOr<int> polled = verbs_.PollCq(cq_, kPollBatch, wcs);
   if (!polled.ok()) [[unlikely]] {
-    // Callers see failure_; no progress was made.
+    // Callers see failure_; no progress was made. A CQ the device failed
+    // says why in an async event.
+    CheckAsyncEventsLocked(std::string(polled.status().message()));
     FailLocked(WithContext(polled.status(), name_));
     return false;
   }
@@ -672,15 +677,25 @@ void Connection::ReadSetupStreamLocked(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-void Connection::ServiceLocked(std::unique_lock<std::mutex>& lock,
-                               bool setup_readable, bool async_readable) {
-  if (async_readable) context_.PollAsyncEvents();
+void Connection::CheckAsyncEventsLocked(std::string_view symptom) {
+  context_.PollAsyncEvents();
+  NoteAsyncEventLocked(symptom);
+}
+
+void Connection::NoteAsyncEventLocked(std::string_view symptom) {
   if (const int event = async_event_.load(std::memory_order_acquire);
       event != 0 && failure_.ok()) {
     FailLocked(absl::UnavailableError(absl::StrCat(
-        name_, ": ", AsyncEventName(event - 1), " (", AsyncEventMeaning(event - 1),
-        ")")));
+        name_, ": ", AsyncEventName(event - 1), " (",
+        AsyncEventMeaning(event - 1), ")",
+        symptom.empty() ? "" : "; then ", std::string(symptom))));
   }
+}
+
+void Connection::ServiceLocked(std::unique_lock<std::mutex>& lock,
+                               bool setup_readable, bool async_readable) {
+  if (async_readable) context_.PollAsyncEvents();
+  NoteAsyncEventLocked();
   if (setup_readable) ReadSetupStreamLocked(lock);
 }
 
@@ -708,6 +723,9 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
   if (MaybeKeepaliveLocked(now)) return absl::OkStatus();
   if (now >= deadline) {
+    // The last look before giving up: what the device has said meanwhile.
+    CheckAsyncEventsLocked();
+    if (!failure_.ok()) return absl::OkStatus();
     // Before giving up in kEvent mode, consume the channel's events and arm
     // the CQ, so that a caller polling event_fd() is woken by the next
     // completion. A completion that slipped in meanwhile is progress.

@@ -95,6 +95,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -269,6 +270,11 @@ class Connection final : private AsyncEventListener {
   void ServiceLocked(std::unique_lock<std::mutex>& lock, bool setup_readable,
                      bool async_readable);
   void ReadSetupStreamLocked(std::unique_lock<std::mutex>& lock);
+  // Reads the Context's pending async events, then fails the connection if
+  // one of them named it. NoteAsyncEventLocked() does the second half only.
+  // `symptom`: what the caller saw meanwhile, added to the message.
+  void CheckAsyncEventsLocked(std::string_view symptom = {});
+  void NoteAsyncEventLocked(std::string_view symptom = {});
   // When the wait must wake up at the latest for keepalive and watchdog.
   Deadline NextTimerLocked() const;
   // kEvent: re-arms the CQ if an event was taken since it was last armed

@@ -8,7 +8,9 @@
 // Runs on the simulator, whose FaultInjector and a hooking VerbsWrapper
 // provide the faults.
 #include <cerrno>
+#include <cstdio>
 #include <functional>
+#include <map>
 #include <future>
 #include <memory>
 #include <string>
@@ -81,6 +83,29 @@ class FaultMatrixTest : public ::testing::Test {
     listener_.reset();
     contexts_.clear();
     EXPECT_EQ(LeakReportText(fabric_), "") << "verbs objects leaked";
+    ExpectSameTraceAsLastRun();
+  }
+
+  // Every case is deterministic: run twice (the BUILD target passes
+  // --gtest_repeat=2), it must make the fabric run the same events, in the
+  // same order, at the same virtual times, with the same outcomes.
+  void ExpectSameTraceAsLastRun() {
+    static std::map<std::string, uint64_t>* digests =
+        new std::map<std::string, uint64_t>();
+    const ::testing::TestInfo* test =
+        ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string name =
+        std::string(test->test_suite_name()) + "." + test->name();
+    const uint64_t digest = fabric_.TraceDigest();
+    std::printf("trace digest %016llx (%llu events) %s\n",
+                static_cast<unsigned long long>(digest),
+                static_cast<unsigned long long>(fabric_.EventsRun()),
+                name.c_str());
+    auto [it, first] = digests->emplace(name, digest);
+    if (!first) {
+      EXPECT_EQ(it->second, digest)
+          << name << ": the fabric's event trace differs from the last run";
+    }
   }
 
   Context& client_context() { return *contexts_[0]; }

@@ -95,7 +95,7 @@ void InjectCqErrorLocked(FabricCore& core, SimCq& cq) {
 
 absl::Status ScheduleFault(FabricCore& core, std::string_view device, Nanos at,
                            ScheduledFault fault) {
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   const Device* found = core.FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   if (at < core.now) {
@@ -139,7 +139,7 @@ CallFault MakeCallFault(int error, int times, std::string_view device) {
 void FaultInjector::RefuseCreateQp(int error, int times,
                                    std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   core_->faults.create_qp.push_back(MakeCallFault(error, times, device));
 }
 
@@ -147,7 +147,7 @@ void FaultInjector::RefuseCreateQpAboveInline(uint32_t max_inline_data,
                                               int error, int times,
                                               std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   CallFault fault = MakeCallFault(error, times, device);
   fault.when_inline_above = max_inline_data;
   core_->faults.create_qp.push_back(fault);
@@ -155,21 +155,21 @@ void FaultInjector::RefuseCreateQpAboveInline(uint32_t max_inline_data,
 
 void FaultInjector::FailRegMr(int error, int times, std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   core_->faults.reg_mr.push_back(MakeCallFault(error, times, device));
 }
 
 void FaultInjector::FailCreateCq(int error, int times,
                                  std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   core_->faults.create_cq.push_back(MakeCallFault(error, times, device));
 }
 
 void FaultInjector::FailModifyQp(ibv_qp_state from, ibv_qp_state to, int error,
                                  int times, std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   CallFault fault = MakeCallFault(error, times, device);
   fault.from = from;
   fault.to = to;
@@ -183,7 +183,7 @@ absl::Status FaultInjector::FailCompletions(const FaultTarget& target,
         "FailCompletions needs an error status, not IBV_WC_SUCCESS");
   }
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
   if (!resolved.ok()) return resolved.status();
   if (count > 0)
@@ -193,7 +193,7 @@ absl::Status FaultInjector::FailCompletions(const FaultTarget& target,
 
 absl::Status FaultInjector::DropPackets(const FaultTarget& target, int count) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
   if (!resolved.ok()) return resolved.status();
   if (count > 0) core_->faults.drops.push_back({*resolved, count});
@@ -203,7 +203,7 @@ absl::Status FaultInjector::DropPackets(const FaultTarget& target, int count) {
 absl::Status FaultInjector::DelayDelivery(const FaultTarget& target,
                                           std::chrono::nanoseconds delay) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
   if (!resolved.ok()) return resolved.status();
   auto& delays = core_->faults.delays;
@@ -217,7 +217,7 @@ absl::Status FaultInjector::DelayDelivery(const FaultTarget& target,
 
 absl::Status FaultInjector::KillDevice(std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   core_->KillDeviceLocked(*found);
@@ -227,7 +227,7 @@ absl::Status FaultInjector::KillDevice(std::string_view device) {
 
 absl::Status FaultInjector::ReviveDevice(std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   found->dead = false;
@@ -236,7 +236,7 @@ absl::Status FaultInjector::ReviveDevice(std::string_view device) {
 
 absl::Status FaultInjector::PortDown(std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   core_->PortDownLocked(*found);
@@ -246,7 +246,7 @@ absl::Status FaultInjector::PortDown(std::string_view device) {
 
 absl::Status FaultInjector::PortUp(std::string_view device) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   core_->PortUpLocked(*found);
@@ -257,7 +257,7 @@ absl::Status FaultInjector::PortUp(std::string_view device) {
 absl::Status FaultInjector::ChangeGid(std::string_view device, uint32_t index,
                                       const ibv_gid& gid, ibv_gid_type type) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   if (absl::Status valid = CheckGidSlot(*core_, *found, index, gid);
@@ -272,7 +272,7 @@ absl::Status FaultInjector::ChangeGid(std::string_view device, uint32_t index,
 absl::Status FaultInjector::ChangeIpv4(std::string_view device,
                                        std::string_view ipv4) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   if (!found->is_ethernet()) {
@@ -306,7 +306,7 @@ absl::Status FaultInjector::ChangeIpv4(std::string_view device,
 
 absl::Status FaultInjector::RemoveGid(std::string_view device, uint32_t index) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   if (index >= found->gid_table.size()) {
@@ -325,7 +325,7 @@ absl::Status FaultInjector::RemoveGid(std::string_view device, uint32_t index) {
 
 absl::Status FaultInjector::RaiseQpFatal(uint32_t qp_num) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   SimQp* qp = core_->FindQpByNum(qp_num);
   if (qp == nullptr) return NoSuchQp(qp_num);
   core_->RaiseQpFatalLocked(*qp);
@@ -336,7 +336,7 @@ absl::Status FaultInjector::RaiseQpFatal(uint32_t qp_num) {
 absl::Status FaultInjector::RaiseCqError(std::string_view device,
                                          uint32_t cq_handle) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   const Device* found = core_->FindDevice(device);
   if (found == nullptr) return NoSuchDevice(device);
   auto it = core_->cqs_by_id.find(cq_handle);
@@ -350,7 +350,7 @@ absl::Status FaultInjector::RaiseCqError(std::string_view device,
 
 absl::Status FaultInjector::RaiseCqErrorOfQp(uint32_t qp_num, QpCq which) {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   SimQp* qp = core_->FindQpByNum(qp_num);
   if (qp == nullptr) return NoSuchQp(qp_num);
   InjectCqErrorLocked(*core_,
@@ -375,7 +375,7 @@ absl::Status FaultInjector::PortUpAt(std::string_view device,
 
 void FaultInjector::Clear() {
   const NotifyWaiters notify(env_);
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   core_->faults = internal::FaultPlan{};
   ++core_->fault_generation;  // Cancels the scheduled faults not yet run.
 }

@@ -226,7 +226,7 @@ absl::StatusOr<std::vector<std::string>> SimVerbs::ListDevices() {
 
 absl::StatusOr<ibv_context*> SimVerbs::OpenDevice(std::string_view name) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   Device* device = core.FindDevice(name);
   if (device == nullptr) {
     return absl::NotFoundError(
@@ -248,7 +248,7 @@ absl::StatusOr<ibv_context*> SimVerbs::OpenDevice(std::string_view name) {
 
 absl::Status SimVerbs::CloseDevice(ibv_context* context) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_close_device", "context");
   if (sim->live_pds + sim->live_cqs + sim->live_channels > 0) {
@@ -267,7 +267,7 @@ absl::Status SimVerbs::CloseDevice(ibv_context* context) {
 absl::Status SimVerbs::QueryDevice(ibv_context* context,
                                    ibv_device_attr* attr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_query_device", "context");
   if (attr == nullptr) return VerbsError("ibv_query_device", EINVAL);
@@ -305,7 +305,7 @@ absl::Status SimVerbs::QueryDevice(ibv_context* context,
 absl::Status SimVerbs::QueryPort(ibv_context* context, uint8_t port,
                                  ibv_port_attr* attr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_query_port", "context");
   if (attr == nullptr || port != 1) {
@@ -335,7 +335,7 @@ absl::Status SimVerbs::QueryPort(ibv_context* context, uint8_t port,
 absl::Status SimVerbs::QueryGid(ibv_context* context, uint8_t port,
                                 uint32_t index, ibv_gid_entry* entry) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_query_gid_ex", "context");
   const Device& device = *sim->device;
@@ -354,7 +354,7 @@ absl::Status SimVerbs::QueryGid(ibv_context* context, uint8_t port,
 absl::StatusOr<size_t> SimVerbs::QueryGidTable(
     ibv_context* context, std::span<ibv_gid_entry> entries) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_query_gid_table", "context");
   const Device& device = *sim->device;
@@ -370,7 +370,7 @@ absl::StatusOr<size_t> SimVerbs::QueryGidTable(
 
 absl::StatusOr<ibv_pd*> SimVerbs::AllocPd(ibv_context* context) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_alloc_pd", "context");
   Device& device = *sim->device;
@@ -393,7 +393,7 @@ absl::StatusOr<ibv_pd*> SimVerbs::AllocPd(ibv_context* context) {
 
 absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim = core.FindPd(pd);
   if (sim == nullptr) return UnknownHandle("ibv_dealloc_pd", "PD");
   if (sim->live_mrs + sim->live_qps > 0) {
@@ -410,7 +410,7 @@ absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
 absl::StatusOr<ibv_mr*> SimVerbs::RegMr(ibv_pd* pd, void* addr, size_t length,
                                         int access) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim_pd = core.FindPd(pd);
   if (sim_pd == nullptr) return UnknownHandle("ibv_reg_mr", "PD");
   Device& device = *sim_pd->context->device;
@@ -458,7 +458,7 @@ absl::StatusOr<ibv_mr*> SimVerbs::RegMr(ibv_pd* pd, void* addr, size_t length,
 
 absl::Status SimVerbs::DeregMr(ibv_mr* mr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimMr* sim = core.FindMr(mr);
   if (sim == nullptr) return UnknownHandle("ibv_dereg_mr", "MR");
   sim->device->mrs_by_key.erase(sim->verbs.lkey);
@@ -473,7 +473,7 @@ absl::Status SimVerbs::DeregMr(ibv_mr* mr) {
 absl::StatusOr<ibv_comp_channel*> SimVerbs::CreateCompChannel(
     ibv_context* context) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) {
     return UnknownHandle("ibv_create_comp_channel", "context");
@@ -495,7 +495,7 @@ absl::StatusOr<ibv_comp_channel*> SimVerbs::CreateCompChannel(
 
 absl::Status SimVerbs::DestroyCompChannel(ibv_comp_channel* channel) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimChannel* sim = core.FindChannel(channel);
   if (sim == nullptr) {
     return UnknownHandle("ibv_destroy_comp_channel", "completion channel");
@@ -515,7 +515,7 @@ absl::StatusOr<ibv_cq*> SimVerbs::CreateCq(ibv_context* context, int cqe,
                                            ibv_comp_channel* channel,
                                            int comp_vector) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_create_cq", "context");
   Device& device = *sim->device;
@@ -568,7 +568,7 @@ absl::StatusOr<ibv_cq*> SimVerbs::CreateCq(ibv_context* context, int cqe,
 
 absl::Status SimVerbs::DestroyCq(ibv_cq* cq) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimCq* sim = core.FindCq(cq);
   if (sim == nullptr) return UnknownHandle("ibv_destroy_cq", "CQ");
   if (sim->live_qps > 0) {
@@ -593,7 +593,7 @@ absl::Status SimVerbs::DestroyCq(ibv_cq* cq) {
 
 absl::Status SimVerbs::ReqNotifyCq(ibv_cq* cq, bool solicited_only) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimCq* sim = core.FindCq(cq);
   if (sim == nullptr) return UnknownHandle("ibv_req_notify_cq", "CQ");
   // Arming for "next completion" widens an arm for "next solicited".
@@ -609,7 +609,7 @@ absl::Status SimVerbs::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
   FabricCore& core = fabric_->core();
   int fd = -1;
   {
-    std::lock_guard<std::mutex> lock(core.mu);
+    std::lock_guard<internal::CoreMutex> lock(core.mu);
     SimChannel* sim = core.FindChannel(channel);
     if (sim == nullptr) {
       return UnknownHandle("ibv_get_cq_event", "completion channel");
@@ -625,7 +625,7 @@ absl::Status SimVerbs::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
     if (int error = ReadOneEvent(fd); error != 0) {
       return VerbsError("ibv_get_cq_event", error);
     }
-    std::lock_guard<std::mutex> lock(core.mu);
+    std::lock_guard<internal::CoreMutex> lock(core.mu);
     SimChannel* sim = core.FindChannel(channel);
     if (sim == nullptr) {
       return UnknownHandle("ibv_get_cq_event", "completion channel");
@@ -645,7 +645,7 @@ absl::Status SimVerbs::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
 
 void SimVerbs::AckCqEvents(ibv_cq* cq, unsigned int count) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimCq* sim = core.FindCq(cq);
   if (sim == nullptr) return;
   sim->comp_events_acked += count;
@@ -657,7 +657,7 @@ void SimVerbs::AckCqEvents(ibv_cq* cq, unsigned int count) {
 absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
                                            ibv_qp_init_attr* init_attr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim_pd = core.FindPd(pd);
   if (sim_pd == nullptr) return UnknownHandle("ibv_create_qp", "PD");
   if (init_attr == nullptr) return VerbsError("ibv_create_qp", EINVAL);
@@ -740,7 +740,7 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
 absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) return UnknownHandle("ibv_modify_qp", "QP");
   if (attr == nullptr) return VerbsError("ibv_modify_qp", EINVAL);
@@ -824,7 +824,7 @@ absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
 absl::Status SimVerbs::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
                                ibv_qp_init_attr* init_attr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) return UnknownHandle("ibv_query_qp", "QP");
   if (attr == nullptr || init_attr == nullptr) {
@@ -843,7 +843,7 @@ absl::Status SimVerbs::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
 absl::Status SimVerbs::DestroyQp(ibv_qp* qp) {
   const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) return UnknownHandle("ibv_destroy_qp", "QP");
   // libibverbs would block until the QP's async events are acknowledged.
@@ -863,7 +863,7 @@ absl::Status SimVerbs::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                                 ibv_send_wr** bad_wr) {
   const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) [[unlikely]] {
     if (bad_wr != nullptr) *bad_wr = wr;
@@ -878,7 +878,7 @@ absl::Status SimVerbs::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                                 ibv_recv_wr** bad_wr) {
   const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) [[unlikely]] {
     if (bad_wr != nullptr) *bad_wr = wr;
@@ -891,7 +891,7 @@ absl::Status SimVerbs::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
 
 absl::StatusOr<int> SimVerbs::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimCq* sim = core.FindCq(cq);
   if (sim == nullptr) [[unlikely]] {
     return UnknownHandle("ibv_poll_cq", "CQ");
@@ -906,7 +906,7 @@ absl::Status SimVerbs::GetAsyncEvent(ibv_context* context,
   FabricCore& core = fabric_->core();
   int fd = -1;
   {
-    std::lock_guard<std::mutex> lock(core.mu);
+    std::lock_guard<internal::CoreMutex> lock(core.mu);
     SimContext* sim = core.FindContext(context);
     if (sim == nullptr) return UnknownHandle("ibv_get_async_event", "context");
     if (event == nullptr) return VerbsError("ibv_get_async_event", EINVAL);
@@ -916,7 +916,7 @@ absl::Status SimVerbs::GetAsyncEvent(ibv_context* context,
     if (int error = ReadOneEvent(fd); error != 0) {
       return VerbsError("ibv_get_async_event", error);
     }
-    std::lock_guard<std::mutex> lock(core.mu);
+    std::lock_guard<internal::CoreMutex> lock(core.mu);
     SimContext* sim = core.FindContext(context);
     if (sim == nullptr) return UnknownHandle("ibv_get_async_event", "context");
     if (sim->async_events.empty()) continue;
@@ -940,7 +940,7 @@ absl::Status SimVerbs::GetAsyncEvent(ibv_context* context,
 void SimVerbs::AckAsyncEvent(ibv_async_event* event) {
   if (event == nullptr) return;
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   if (IsQpEvent(event->event_type)) {
     if (SimQp* qp = core.FindQp(event->element.qp); qp != nullptr) {
       ++qp->async_events_acked;

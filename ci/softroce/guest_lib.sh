@@ -103,8 +103,11 @@ gtest_counts() {
 # the handshake across the veth) at $scale percent, reported as one check.
 run_e2e_suite() { # label, log name
   local label=$1 name=$2 rc=0 ran passed failed_tests
+  # E2E_GTEST_ARGS (e.g. "--gtest_filter=*16MiB* --gtest_repeat=5") narrows
+  # the run when investigating one case.
+  # shellcheck disable=SC2086 # word splitting of the extra arguments wanted
   RDMA_TEST_SCALE=$scale RDMA_TEST_LISTEN="$IP_B:0" timeout "$step_timeout" e2e_ibverbs_test \
-    --gtest_output="xml:$out/$name.xml" >"$out/$name.log" 2>&1 || rc=$?
+    --gtest_output="xml:$out/$name.xml" ${E2E_GTEST_ARGS:-} >"$out/$name.log" 2>&1 || rc=$?
   cat "$out/$name.log"
   read -r ran passed < <(gtest_counts "$out/$name.log")
   failed_tests=$(grep '^\[  FAILED  \] [A-Za-z]' "$out/$name.log" | sort -u | awk '{print $4}' | paste -sd' ' - || true)

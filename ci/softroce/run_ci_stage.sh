@@ -8,7 +8,8 @@
 # libibverbs, and rdma_pingpong / rdma_bw when they exist), fetches (or
 # reuses) Debian's kernel, boots the VM and runs guest_ci.sh in it, then
 # prints a summary. SOFTROCE_GUEST=smoke runs guest_smoke.sh alone instead
-# (rdma-core and perftest only, no build). Artifacts (summary.txt,
+# (rdma-core and perftest only, no build); SOFTROCE_GUEST=e2e runs only the
+# e2e suite (guest_e2e.sh; run_loaded_e2e.sh uses it under host load). Artifacts (summary.txt,
 # perftest outputs, tcpdump captures and decodings, console log, guest dmesg)
 # land in DIR, by default .cache/softroce/ in the checkout, emptied first.
 # Further arguments go to run_vm.sh, after the stage's own, so that
@@ -53,11 +54,17 @@ binaries=()
 if [[ "${SOFTROCE_GUEST:-ci}" == smoke ]]; then
   guest_script="$here/guest_smoke.sh"
 else
-  banner "build (bazel -c opt)"
   targets=(//tools:rdma_devices //tests:qp_pair_ibverbs_test //tests:e2e_ibverbs_test)
-  for optional in rdma_pingpong rdma_bw; do
-    if grep -q "name = \"$optional\"" "$repo/tools/BUILD.bazel"; then targets+=("//tools:$optional"); fi
-  done
+  if [[ "${SOFTROCE_GUEST:-ci}" == e2e ]]; then
+    guest_script="$here/guest_e2e.sh"
+    targets=(//tests:e2e_ibverbs_test)
+  fi
+  banner "build (bazel -c opt)"
+  if [[ "${SOFTROCE_GUEST:-ci}" != e2e ]]; then
+    for optional in rdma_pingpong rdma_bw; do
+      if grep -q "name = \"$optional\"" "$repo/tools/BUILD.bazel"; then targets+=("//tools:$optional"); fi
+    done
+  fi
   # A build failure is the code's, not the VM's: a test failure.
   (cd "$repo" && bazel build -c opt "${targets[@]}") || { echo "run_ci_stage: FAILED to build the guest binaries"; exit 1; }
   bin_dir=$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)

@@ -20,11 +20,14 @@
 // Write()). Receive copies one whole message out and reposts its slot.
 //
 // One-sided. Write()/Read() post chains of at most `max_rdma_batch` work
-// requests with only the last signalled, wait for that completion, and go
-// on; at most one batch is outstanding. An op longer than the port's
-// max_msg_sz (8 MiB on rxe) is split into several work requests. Each remote
-// range is checked against its RemoteRegion before anything is posted, each
-// local range against its MemoryRegion (Read needs kLocalWrite on it).
+// requests, signalling the last and at least one every kProgressSignalBytes,
+// wait for the last completion, and go on; at most one batch is
+// outstanding. An op longer than the port's max_msg_sz (8 MiB on rxe) is
+// split into several work requests. On Soft-RoCE at most 256 KiB is in
+// flight (its READ responder overflows a loaded host's veth queue and Linux
+// 6.1's rxe then never completes the READ). Each remote range is checked
+// against its RemoteRegion before anything is posted, each local range
+// against its MemoryRegion (Read needs kLocalWrite on it).
 //
 // Progress. kBusyPoll spins on the completion queue (lowest latency);
 // kEvent sleeps on a completion channel. Every wait goes through the

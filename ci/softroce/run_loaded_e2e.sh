@@ -3,7 +3,7 @@
 # condition under which a healthy 16 MiB READ used to be declared dead (a
 # check that passes only on an idle machine is a defect).
 #
-#   ci/softroce/run_loaded_e2e.sh [--out-dir DIR]
+#   ci/softroce/run_loaded_e2e.sh [--out-dir DIR] [run_vm.sh arguments...]
 #
 # Starts one busy loop per host core (at the default priority, so the VM's
 # emulation competes with them), boots the VM with guest_e2e.sh through
@@ -15,7 +15,10 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 out_dir="$repo/.cache/softroce-loaded"
-if [[ "${1:-}" == --out-dir ]]; then out_dir=${2:?--out-dir needs a value}; fi
+if [[ "${1:-}" == --out-dir ]]; then
+  out_dir=${2:?--out-dir needs a value}
+  shift 2
+fi
 
 load_pids=()
 stop_load() {
@@ -37,7 +40,8 @@ sleep 1
 echo "run_loaded_e2e: load average $(cut -d' ' -f1-3 /proc/loadavg) with the loops running"
 
 status=0
-SOFTROCE_GUEST=e2e "$here/run_ci_stage.sh" --out-dir "$out_dir" || status=$?
+rm -rf "$out_dir"
+SOFTROCE_GUEST=e2e "$here/run_ci_stage.sh" --out-dir "$out_dir" "$@" || status=$?
 echo "run_loaded_e2e: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 stop_load
 exit "$status"

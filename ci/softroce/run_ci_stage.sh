@@ -110,6 +110,7 @@ report=()
 first_status=0
 run_kernel() {
   local suite=$1 dir="$out_dir/$1" kernel_dir start=$SECONDS fetch_args=() extra_env=()
+  shift
   mkdir -p "$dir"
   [[ "$suite" == bookworm || "$suite" == host ]] || fetch_args=(--suite "$suite")
   banner "kernel ($suite)"
@@ -148,9 +149,9 @@ run_kernel() {
   # One line for the closing report: e2e count, QP pair, TOS verdict.
   local e2e qp tos
   e2e=$(grep -o 'e2e suite over rxe.*: [0-9]*/[0-9]* tests passed' "$dir/summary.txt" 2>/dev/null |
-    grep -o '[0-9]*/[0-9]* tests passed' | head -n 1)
+    grep -o '[0-9]*/[0-9]* tests passed' | head -n 1 || true)
   qp=$(grep -o '^[A-Z]* QP pair, MC_IB_TC=136: [0-9]*/[0-9]*' "$dir/summary.txt" 2>/dev/null |
-    sed 's/^\([A-Z]*\) .*: /\1 /' | head -n 1)
+    sed 's/^\([A-Z]*\) .*: /\1 /' | head -n 1 || true)
   local tos_total tos_pass
   tos_total=$(grep -c 'TOS' "$dir/summary.txt" 2>/dev/null || true)
   tos_pass=$(grep -c '^PASS .*TOS' "$dir/summary.txt" 2>/dev/null || true)

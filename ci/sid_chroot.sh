@@ -4,6 +4,7 @@
 #
 #   ci/sid_chroot.sh setup          # make (or reuse) the chroot, print its path
 #   ci/sid_chroot.sh run DIR CMD... # run CMD in the chroot, working directory DIR
+#                                   # (with DIR and $SID_CHROOT_BIND bind-mounted)
 #   ci/sid_chroot.sh remove         # delete it
 #
 # The chroot is made with debootstrap --variant=minbase from the machine's own
@@ -95,19 +96,24 @@ case "${1:-}" in
     dir=$(cd "$2" && pwd)
     shift 2
     [[ -f "$root/complete" ]] || setup >/dev/null
-    mkdir -p "$root$dir"
-    # DIR at the same path inside, so that paths in logs and file:// registries match.
+    # DIR (and the directories of $SID_CHROOT_BIND, colon-separated) at the
+    # same paths inside, so that paths in logs, links and file:// registries
+    # match.
+    IFS=: read -r -a binds <<<"${SID_CHROOT_BIND:-}"
+    binds+=("$dir")
+    for bind in "${binds[@]}"; do mkdir -p "$root$bind"; done
     unshare --mount --propagation private -- bash -c '
       set -e
-      root=$1 dir=$2; shift 2
-      mount --bind "$dir" "$root$dir"
+      root=$1 dir=$2 binds=$3; shift 3
+      IFS=: read -r -a binds <<<"$binds"
+      for bind in "${binds[@]}"; do mount --bind "$bind" "$root$bind"; done
       mount -t proc proc "$root/proc"
       mount --rbind /dev "$root/dev"
       mount --rbind /sys "$root/sys"
       exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         bash -c "cd \"\$0\" && exec \"\$@\"" "$dir" "$@"
-    ' _ "$root" "$dir" "$@"
+    ' _ "$root" "$dir" "$(IFS=:; echo "${binds[*]}")" "$@"
     ;;
   remove) rm -rf "$root" ;;
   *) sed -n '2,20p' "$0" >&2; exit 2 ;;

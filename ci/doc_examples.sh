@@ -90,11 +90,12 @@ for doc in docs:
         if len(words) == 4:
             # Into the harness/ package (ci/doc_examples/harness.BUILD).
             name = "harness/" + name
-            harness = open(os.path.join(root, "ci/doc_examples", words[3])).read()
-            if "// doc-example block\n" not in harness:
-                errors.append("%s: ci/doc_examples/%s has no '// doc-example block' line" % (where, words[3]))
+            harness = open(os.path.join(root, "ci/doc_examples", words[3])).read().split("\n")
+            at = [n for n, h in enumerate(harness) if h.strip() == "// doc-example block"]
+            if len(at) != 1:
+                errors.append("%s: ci/doc_examples/%s needs one '// doc-example block' line" % (where, words[3]))
                 continue
-            text = harness.replace("// doc-example block\n", text)
+            text = "\n".join(harness[:at[0]]) + "\n" + text + "\n".join(harness[at[0] + 1:])
         for project in names:
             files = projects.setdefault(project, {})
             if name in files and files[name] != text:

@@ -11,7 +11,7 @@ namespace rdma_transport::sim {
 
 [[maybe_unused]] void DocExample(Fabric& fabric) {
   FaultInjector& faults = fabric.faults();
-// doc-example block
+  // doc-example block
 }
 
 TEST(DocExample, Compiles) { SUCCEED(); }

@@ -104,6 +104,30 @@ verdict_of() {
   esac
 }
 
+# Known failures, "suite:Test.Name" each: a kernel whose only failed check
+# is the e2e suite with only these tests failing is reported as
+# "KNOWN FAILURE" and does not fail the stage. Each entry names its issue;
+# delete it with the fix. $SOFTROCE_KNOWN_FAILURES replaces the list.
+#   issue 10: the 16 MiB WRITE/READ falls to the completion watchdog ("no
+#   completion for 2147 ms") on 6.12 and 7.x under TCG.
+read -r -a known_failures <<<"${SOFTROCE_KNOWN_FAILURES-trixie:EndToEndTest.WriteAndReadFromOneByteTo16MiB sid:EndToEndTest.WriteAndReadFromOneByteTo16MiB}"
+
+# only_known_failures SUITE DIR: true if every FAIL line of DIR/summary.txt is
+# the e2e suite and every test it names is a known failure of SUITE.
+only_known_failures() {
+  local suite=$1 summary="$2/summary.txt" line test
+  [[ -f "$summary" ]] || return 1
+  local fails
+  fails=$(grep '^FAIL ' "$summary" || true)
+  [[ -n "$fails" ]] || return 1
+  while IFS= read -r line; do
+    [[ "$line" == "FAIL e2e suite over rxe:"*"; failed: "* ]] || return 1
+    for test in ${line##*; failed: }; do
+      [[ " ${known_failures[*]} " == *" $suite:$test "* ]] || return 1
+    done
+  done <<<"$fails"
+}
+
 # run_kernel SUITE: fetch that suite's kernel, boot it, run the guest script.
 # Sets kernel_status and appends to the report.
 report=()
@@ -134,6 +158,11 @@ run_kernel() {
     kill -0 "$run_vm_pid" 2>/dev/null || break # else wait was cut short by a signal
   done
   run_vm_pid=''
+  local known=''
+  if ((kernel_status >= 1 && kernel_status <= 89)) && only_known_failures "$suite" "$dir"; then
+    known=" (KNOWN FAILURE: $(grep '^FAIL ' "$dir/summary.txt" | sed 's/.*; failed: //'), see run_ci_stage.sh)"
+    kernel_status=0
+  fi
 
   banner "summary ($suite)"
   echo "kernel:      $(basename "$kernel_dir") (cached in $(dirname "$kernel_dir"))"
@@ -144,7 +173,7 @@ run_kernel() {
   fi
   echo "artifacts:   $dir ($(find "$dir" -type f | wc -l) files)"
   echo "VM time:     $((SECONDS - start))s"
-  echo "result:      $(verdict_of "$kernel_status")"
+  echo "result:      $(verdict_of "$kernel_status")$known"
 
   # One line for the closing report: e2e count, QP pair, TOS verdict.
   local e2e qp tos
@@ -163,7 +192,7 @@ run_kernel() {
     tos="TOS: FAIL ($tos_pass/$tos_total checks passed)"
   fi
   report+=("$(printf '%-9s %-22s e2e %-18s QP pair %-10s %s; %s (%ss)' "$suite" "$(basename "$kernel_dir")" \
-    "${e2e:-none}" "${qp:-none}" "$tos" "$(verdict_of "$kernel_status" | cut -d: -f1)" "$((SECONDS - start))")")
+    "${e2e:-none}" "${qp:-none}" "$tos" "$(verdict_of "$kernel_status" | cut -d: -f1)${known:+ with known failure}" "$((SECONDS - start))")")
 }
 
 for suite in "${kernels[@]}"; do

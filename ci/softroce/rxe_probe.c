@@ -58,7 +58,8 @@ static struct ibv_context *open_device(const char *name) {
   if (list == NULL) die("ibv_get_device_list");
   struct ibv_context *ctx = NULL;
   for (int i = 0; i < n; ++i) {
-    if (strcmp(ibv_get_device_name(list[i]), name) == 0) ctx = ibv_open_device(list[i]);
+    if (strcmp(ibv_get_device_name(list[i]), name) == 0)
+      ctx = ibv_open_device(list[i]);
   }
   ibv_free_device_list(list);
   if (ctx == NULL) {
@@ -88,8 +89,10 @@ static struct ibv_qp *create_qp(struct side *s, uint32_t max_inline, int *err) {
   // What create_qp wrote back is what the provider granted.
   struct ibv_qp_attr got;
   struct ibv_qp_init_attr got_init;
-  if (ibv_query_qp(qp, &got, IBV_QP_CAP, &got_init) == 0) *err = -(int)got.cap.max_inline_data - 1;
-  else *err = -(int)attr.cap.max_inline_data - 1;
+  if (ibv_query_qp(qp, &got, IBV_QP_CAP, &got_init) == 0)
+    *err = -(int)got.cap.max_inline_data - 1;
+  else
+    *err = -(int)attr.cap.max_inline_data - 1;
   return qp;
 }
 
@@ -111,10 +114,13 @@ static int to_init(struct ibv_qp *qp) {
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  return ibv_modify_qp(
+      qp, &a,
+      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-static int to_rtr(struct side *s, const struct side *peer, uint8_t sl, uint8_t tclass) {
+static int to_rtr(struct side *s, const struct side *peer, uint8_t sl,
+                  uint8_t tclass) {
   struct ibv_qp_attr a;
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTR;
@@ -131,7 +137,8 @@ static int to_rtr(struct side *s, const struct side *peer, uint8_t sl, uint8_t t
   a.ah_attr.sl = sl;
   a.ah_attr.port_num = 1;
   return ibv_modify_qp(s->qp, &a,
-                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                           IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
 }
 
@@ -145,17 +152,20 @@ static int to_rts(struct ibv_qp *qp) {
   a.sq_psn = 0;
   a.max_rd_atomic = 1;
   return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                           IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                            IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-static void new_pair(struct side *a, struct side *b, uint8_t sl, uint8_t tclass) {
+static void new_pair(struct side *a, struct side *b, uint8_t sl,
+                     uint8_t tclass) {
   int err = 0;
   a->qp = create_qp(a, 0, &err);
   b->qp = create_qp(b, 0, &err);
   if (a->qp == NULL || b->qp == NULL) die("ibv_create_qp");
   if (to_init(a->qp) || to_init(b->qp)) die("modify_qp INIT");
-  if (to_rtr(a, b, sl, tclass) || to_rtr(b, a, sl, tclass)) die("modify_qp RTR");
+  if (to_rtr(a, b, sl, tclass) || to_rtr(b, a, sl, tclass))
+    die("modify_qp RTR");
   if (to_rts(a->qp) || to_rts(b->qp)) die("modify_qp RTS");
 }
 
@@ -189,17 +199,20 @@ static void dead_peer(struct side *a, struct side *b, const char *how) {
   if (ibv_post_send(a->qp, &wr, &bad)) die("ibv_post_send");
   struct ibv_wc wc;
   int n = 0;
-  while ((n = ibv_poll_cq(a->cq, 1, &wc)) == 0 && now_ms() - start < kDeadPeerWaitMs) {
+  while ((n = ibv_poll_cq(a->cq, 1, &wc)) == 0 &&
+         now_ms() - start < kDeadPeerWaitMs) {
     struct timespec pause = {0, 1000000};
     nanosleep(&pause, NULL);
   }
   const char *desc = how[0] == 'e' ? "peer QP in ERR" : "peer QP destroyed";
   if (n > 0) {
-    printf("PROBE dead_peer %s: %s after %.0f ms (retry_cnt 7, timeout 14)\n", desc,
-           ibv_wc_status_str(wc.status), now_ms() - start);
+    printf("PROBE dead_peer %s: %s after %.0f ms (retry_cnt 7, timeout 14)\n",
+           desc, ibv_wc_status_str(wc.status), now_ms() - start);
   } else {
-    printf("PROBE dead_peer %s: no completion in %d ms (retry_cnt 7, timeout 14)\n", desc,
-           kDeadPeerWaitMs);
+    printf(
+        "PROBE dead_peer %s: no completion in %d ms (retry_cnt 7, timeout "
+        "14)\n",
+        desc, kDeadPeerWaitMs);
   }
   fflush(stdout);
   ibv_destroy_qp(a->qp);
@@ -225,8 +238,8 @@ int main(int argc, char **argv) {
   if (ibv_query_port(a.ctx, 1, &port)) die("ibv_query_port");
   printf("PROBE max_msg_sz: %u (0x%x)\n", port.max_msg_sz, port.max_msg_sz);
   printf("PROBE gid_tbl_len: %d\n", port.gid_tbl_len);
-  printf("PROBE vendor: 0x%x, max_qp_wr %d, max_sge %d, active_mtu %d\n", dev.vendor_id, dev.max_qp_wr,
-         dev.max_sge, 128 << port.active_mtu);
+  printf("PROBE vendor: 0x%x, max_qp_wr %d, max_sge %d, active_mtu %d\n",
+         dev.vendor_id, dev.max_qp_wr, dev.max_sge, 128 << port.active_mtu);
 
   // The table query's buffer is one ioctl attribute (16-bit length).
   size_t sizes[] = {(size_t)port.gid_tbl_len, 4 * (size_t)port.gid_tbl_len};
@@ -234,11 +247,11 @@ int main(int argc, char **argv) {
     struct ibv_gid_entry *entries = calloc(sizes[i], sizeof *entries);
     ssize_t got = ibv_query_gid_table(a.ctx, entries, sizes[i], 0);
     if (got < 0) {
-      printf("PROBE gid_table %zu entries (%zu bytes): %s\n", sizes[i], sizes[i] * sizeof *entries,
-             strerror((int)-got));
+      printf("PROBE gid_table %zu entries (%zu bytes): %s\n", sizes[i],
+             sizes[i] * sizeof *entries, strerror((int)-got));
     } else {
-      printf("PROBE gid_table %zu entries (%zu bytes): %zd valid\n", sizes[i], sizes[i] * sizeof *entries,
-             got);
+      printf("PROBE gid_table %zu entries (%zu bytes): %zd valid\n", sizes[i],
+             sizes[i] * sizeof *entries, got);
     }
     free(entries);
   }
@@ -259,8 +272,10 @@ int main(int argc, char **argv) {
   struct ibv_qp_attr got;
   struct ibv_qp_init_attr got_init;
   if (ibv_query_qp(a.qp, &got, IBV_QP_AV, &got_init)) die("ibv_query_qp");
-  printf("PROBE query_qp: set sl 3, traffic_class 0x88; read back sl %u, traffic_class 0x%x\n",
-         got.ah_attr.sl, got.ah_attr.grh.traffic_class);
+  printf(
+      "PROBE query_qp: set sl 3, traffic_class 0x88; read back sl %u, "
+      "traffic_class 0x%x\n",
+      got.ah_attr.sl, got.ah_attr.grh.traffic_class);
   ibv_destroy_qp(a.qp);
   ibv_destroy_qp(b.qp);
 

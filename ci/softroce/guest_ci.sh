@@ -127,6 +127,11 @@ if command -v rxe_probe >/dev/null; then
     probe_rc=$?
   cat "$out/rxe_probe.txt"
   sed -n "s/^PROBE /INFO rxe $(uname -r): /p" "$out/rxe_probe.txt" | tee -a "$summary"
+  # What rxe0 did meanwhile: retransmissions vs. retry-exhausted completions.
+  rdma statistic show link "$RXE_A/1" >"$out/rxe_probe-counters.txt" 2>&1 || true
+  counters=$(tr ' ' '\n' <"$out/rxe_probe-counters.txt" | paste - - 2>/dev/null |
+    awk '$1 == "completer_retry_err" || $1 == "retry_exceeded_err" || $1 == "rcvd_seq_err" { printf "%s %s, ", $1, $2 }')
+  report INFO "rxe $(uname -r): $RXE_A counters after the probe: ${counters%, }"
   ((probe_rc == 0)) || report INFO "rxe_probe exited with status $probe_rc (see rxe_probe.txt)"
 fi
 

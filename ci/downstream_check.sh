@@ -147,6 +147,7 @@ cc_test(
     name = "override_test",
     size = "small",
     srcs = ["override_test.cc"],
+    copts = ["-std=c++20"],
     deps = ["@rdma_transport//transport:config"],
 )
 EOF

@@ -41,6 +41,7 @@ def rdma_transport_deps():
     maybe(
         debian_library,
         name = "com_google_googletest",
+        module = "googletest",
         build_files = {Label("//bazel/third_party:googletest.BUILD"): "BUILD.bazel"},
         required_files = ["/usr/include/gtest/gtest.h", "/usr/include/gmock/gmock.h"],
         debian_packages = ["libgtest-dev", "libgmock-dev"],
@@ -48,7 +49,9 @@ def rdma_transport_deps():
     maybe(
         debian_library,
         name = "com_google_absl",
+        module = "abseil-cpp",
         build_files = {
+            Label("//bazel/third_party:absl_flags.BUILD"): "absl/flags/BUILD.bazel",
             Label("//bazel/third_party:absl_status.BUILD"): "absl/status/BUILD.bazel",
             Label("//bazel/third_party:absl_strings.BUILD"): "absl/strings/BUILD.bazel",
             Label("//bazel/third_party:absl_root.BUILD"): "BUILD.bazel",
@@ -59,6 +62,7 @@ def rdma_transport_deps():
     maybe(
         debian_library,
         name = "com_github_google_benchmark",
+        module = "google_benchmark",
         build_files = {Label("//bazel/third_party:benchmark.BUILD"): "BUILD.bazel"},
         required_files = ["/usr/include/benchmark/benchmark.h"],
         debian_packages = ["libbenchmark-dev"],
@@ -66,6 +70,7 @@ def rdma_transport_deps():
     maybe(
         debian_library,
         name = "rdma_core",
+        module = "rdma-core",
         build_files = {Label("//bazel/third_party:rdma_core.BUILD"): "BUILD.bazel"},
         required_files = ["/usr/include/infiniband/verbs.h"],
         debian_packages = ["libibverbs-dev"],

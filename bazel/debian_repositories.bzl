@@ -4,8 +4,11 @@ Every dependency of rdma_transport comes from a Debian package installed by
 ci/install_deps.sh. These rules never download anything: they check that the
 package's files are present (failing with the apt-get line to run if not) and
 write BUILD files whose targets carry upstream's labels, so a downstream
-workspace can swap any of them for its own copy.
+workspace can swap any of them for its own copy. Link flags come from the
+packages' pkg-config files (bazel/pkg_config.bzl).
 """
+
+load("//bazel:pkg_config.bzl", "LIBRARIES", "write_linkopts_bzl")
 
 def _check_required_files(repository_ctx):
     missing = [f for f in repository_ctx.attr.required_files if not repository_ctx.path(f).exists]
@@ -19,6 +22,7 @@ def _check_required_files(repository_ctx):
 def _debian_library_impl(repository_ctx):
     _check_required_files(repository_ctx)
     repository_ctx.file("WORKSPACE", 'workspace(name = "{}")\n'.format(repository_ctx.name))
+    write_linkopts_bzl(repository_ctx, LIBRARIES[repository_ctx.attr.module] if repository_ctx.attr.module else {})
     for build_file, path in repository_ctx.attr.build_files.items():
         repository_ctx.symlink(build_file, path)
 
@@ -31,6 +35,7 @@ debian_library = repository_rule(
             mandatory = True,
             doc = "BUILD file template -> path of the BUILD file inside the repository.",
         ),
+        "module": attr.string(doc = "Key of bazel/pkg_config.bzl's LIBRARIES: the link flags of linkopts.bzl."),
         "required_files": attr.string_list(doc = "Absolute paths that must exist."),
         "debian_packages": attr.string_list(doc = "Packages that provide required_files."),
     },

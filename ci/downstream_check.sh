@@ -123,6 +123,19 @@ cc_library(
     visibility = ["//visibility:public"],
 )
 EOF
+  # The templates load //:linkopts.bzl: rdma_transport's repository rule
+  # writes it from pkg-config (bazel/pkg_config.bzl); here the same by hand.
+  {
+    echo 'LINKOPTS = {'
+    local key module
+    for key in status:absl_status statusor:absl_statusor strings:absl_strings str_format:absl_str_format; do
+      module=${key#*:}
+      key=${key%%:*}
+      case "${key}" in status | statusor) key="absl/status:${key}" ;; *) key="absl/strings:${key}" ;; esac
+      printf '    "%s": [%s],\n' "${key}" "$(pkg-config --libs "${module}" | xargs -n1 printf '"%s", ')"
+    done
+    echo '}'
+  } >"${OVERRIDE}/own_absl/linkopts.bzl" || return 1
   local source target
   for source in status strings; do
     target="${OVERRIDE}/own_absl/absl/${source}/BUILD.bazel"
@@ -134,6 +147,7 @@ cc_test(
     name = "override_test",
     size = "small",
     srcs = ["override_test.cc"],
+    copts = ["-std=c++20"],
     deps = ["@rdma_transport//transport:config"],
 )
 EOF

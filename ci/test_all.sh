@@ -4,14 +4,24 @@
 # installs Debian packages). Each stage prints a banner and its duration; the
 # script stops at the first failing stage with that stage's status.
 #
-#   1. bazel test //...                  unit, mock and sim suites (gcc)
-#   2. the same under ASan and UBSan     every suite
-#   3. TSan                              the threaded suites
-#   4. fuzzing                           handshake decoder, MC_* parser
-#   5. tools on the sim                  rdma_demo, rdma_pingpong, rdma_bw, benchmarks
-#   6. downstream                        a separate workspace consuming rdma_transport
-#   7. Soft-RoCE VM                      the e2e suite and tools over rxe
-#   8. Soft-RoCE VM under host load      the e2e suite again, every core busy
+#   1. lint                              clang-format, buildifier (ci/lint.sh)
+#   2. bazel test --config=werror //...  unit, mock and sim suites (gcc, -Werror)
+#   3. the same under ASan and UBSan     every suite
+#   4. TSan                              the threaded suites
+#   5. fuzzing                           handshake decoder, MC_* parser
+#   6. tools on the sim                  rdma_demo, rdma_pingpong, rdma_bw, benchmarks
+#   7. downstream                        a separate workspace consuming rdma_transport,
+#                                        and the docs' WORKSPACE code blocks
+#   8. Bazel 7 (bzlmod)                  the repository as root module, the bzlmod
+#                                        example, the docs' bzlmod code blocks, in a
+#                                        Debian unstable chroot (ci/bazel7_stage.sh)
+#   9. Soft-RoCE VMs                     the e2e suite, the QP pair test and the wire
+#                                        TOS check over rxe on three kernels (6.1,
+#                                        6.12, 7.x), one VM each
+#  10. Soft-RoCE VM under host load      the e2e suite again on 6.1 with every
+#                                        host core busy (ci/softroce/run_loaded_e2e.sh)
+#
+# BAZEL7_STAGE=0 or SOFTROCE_STAGE=0 skip those stages (for a quick local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,7 +44,8 @@ threaded_targets=(
 )
 
 stage "install build dependencies" ci/install_deps.sh build
-stage "bazel test //..." bazel test //...
+stage "lint (clang-format, buildifier)" ci/lint.sh
+stage "bazel test --config=werror //..." bazel test --config=werror //...
 stage "bazel test --config=asan //..." bazel test --config=asan //...
 stage "bazel test --config=ubsan //..." bazel test --config=ubsan //...
 # The 1 GiB transfer (2 GiB of buffers, copied once) would need several
@@ -65,15 +76,21 @@ downstream() {
     echo "removing this checkout's $link link (not in .bazelignore)"
     rm -f "$link"
   fi
-  ci/downstream_check.sh
+  ci/downstream_check.sh && ci/doc_examples.sh
 }
 
 stage "tools on the simulator" tools_on_the_sim
-stage "downstream workspace" downstream
-# The VM's own bound: the stage must finish within 15 minutes.
-export SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-840}
-stage "Soft-RoCE VM (rxe)" ci/softroce/run_ci_stage.sh
-stage "Soft-RoCE VM, e2e with every host core busy" ci/softroce/run_loaded_e2e.sh
+stage "downstream workspace and the docs' examples (Bazel 4)" downstream
+if [[ "${BAZEL7_STAGE:-1}" != 0 ]]; then
+  stage "Bazel 7 bzlmod (Debian unstable chroot)" ci/bazel7_stage.sh
+fi
+if [[ "${SOFTROCE_STAGE:-1}" != 0 ]]; then
+  # Each VM's own bound.
+  export SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-840}
+  stage "Soft-RoCE VMs (rxe on 6.1, 6.12, 7.x)" ci/softroce/run_ci_stage.sh
+  stage "Soft-RoCE VM, e2e with every host core busy (6.1)" \
+    ci/softroce/run_loaded_e2e.sh
+fi
 
 echo
 echo "=== all stages passed in ${SECONDS} s ==="

@@ -62,7 +62,9 @@ class QpPairTest : public ::testing::Test {
         EXPECT_TRUE(verbs().DestroyQp(extra).ok());
       }
       side->region.Release().IgnoreError();
-      if (side->cq != nullptr) EXPECT_TRUE(verbs().DestroyCq(side->cq).ok());
+      if (side->cq != nullptr) {
+        EXPECT_TRUE(verbs().DestroyCq(side->cq).ok());
+      }
       side->context.reset();
     }
   }

@@ -9,15 +9,13 @@
 //   absl::StatusOr<TransportConfig> config = LoadTransportConfig(options);
 //   if (!config.ok()) return config.status();  // names variable, value, range
 //
-// | variable       | values                        | default | effect
-// | MC_IB_TC       | -1, 0..255                    | -1      | RoCE traffic
-// class (IP ToS/DSCP) in the GRH of every QP; -1: system default | MC_IB_SL |
-// -1, 0..15                     | -1      | service level (ah_attr.sl); -1: 0
-// | MC_GID_INDEX   | -1, 0..255                    | -1      | local GID index;
-// -1: first RoCE v2 IPv4-mapped GID | MC_IB_PORT     | 1..255 | 1       |
-// device port | MC_MTU         | 512, 1024, 2048, 4096         | 4096    |
-// upper bound of the path MTU | MC_MAX_INLINE  | -1, 0..1024 | -1      | first
-// inline size asked for; -1: by vendor, 0: no inline
+// | variable      | values                | default | effect
+// | MC_IB_TC      | -1, 0..255            | -1      | RoCE traffic class (IP ToS/DSCP) in the GRH of every QP; -1: system default
+// | MC_IB_SL      | -1, 0..15             | -1      | service level (ah_attr.sl); -1: 0
+// | MC_GID_INDEX  | -1, 0..255            | -1      | local GID index; -1: first RoCE v2 IPv4-mapped GID
+// | MC_IB_PORT    | 1..255                | 1       | device port
+// | MC_MTU        | 512, 1024, 2048, 4096 | 4096    | upper bound of the path MTU
+// | MC_MAX_INLINE | -1, 0..1024           | -1      | first inline size asked for; -1: by vendor, 0: no inline
 //
 // An invalid value (not an integer, trailing characters, empty, out of range)
 // fails loading with kInvalidArgument naming the variable, the value and the

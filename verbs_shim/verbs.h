@@ -13,11 +13,10 @@
 // exact value (inline-size negotiation retries on EINVAL and on nothing else).
 //
 // Backends:
-//   IbverbsBackend  (verbs_shim/ibverbs_backend.h)  libibverbs: mlx5, irdma,
-//   erdma, rxe MockVerbs       (verbs_shim/mock_verbs.h)       gMock, for exact
-//   interaction tests SimVerbs        (sim/sim_verbs.h)               a
-//   simulated NIC and fabric VerbsWrapper    (verbs_shim/verbs_wrapper.h)
-//   forwards; subclass to inject faults
+//   IbverbsBackend  (verbs_shim/ibverbs_backend.h)  libibverbs: mlx5, irdma, erdma, rxe
+//   MockVerbs       (verbs_shim/mock_verbs.h)       gMock, for exact interaction tests
+//   SimVerbs        (sim/sim_verbs.h)               a simulated NIC and fabric
+//   VerbsWrapper    (verbs_shim/verbs_wrapper.h)    forwards; subclass to inject faults
 //
 // A backend holds no policy: which inline size to ask for, which GID to pick,
 // how to bring a QP up, all of it lives in transport/.

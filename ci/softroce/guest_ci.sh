@@ -14,7 +14,11 @@
 #   3. the end-to-end suite (tests/e2e_test.cc) over libibverbs: client on
 #      rxe0, server on rxe1, TCP handshake across the veth, at
 #      RDMA_TEST_SCALE percent of the iterations (every case runs)
-#   4. when present, guest_perf.sh: our tools beside perftest
+#   4. when present, guest_perf.sh: our tools beside perftest (unless
+#      SOFTROCE_PERF=0: run_ci_stage.sh runs it on its first kernel only)
+#   5. when present, rxe_probe (ci/softroce/rxe_probe.c): this kernel's rxe
+#      facts (dead-peer completion, SL in query_qp, max inline, max_msg_sz,
+#      GID table), INFO lines, not judged
 #
 # Prints one PASS/FAIL/INFO line per check into /artifacts/summary.txt and
 # exits 1 if any check failed.
@@ -86,7 +90,7 @@ qp_pair unset '' 0x0 '*BringsUp*'
 run_e2e_suite "e2e suite over rxe" e2e_ibverbs
 
 # --- 4. performance beside perftest ----------------------------------------------
-if [[ -f "$SOFTROCE_DIR/guest_perf.sh" ]] && command -v rdma_pingpong >/dev/null; then
+if [[ "${SOFTROCE_PERF:-1}" != 0 && -f "$SOFTROCE_DIR/guest_perf.sh" ]] && command -v rdma_pingpong >/dev/null; then
   perf_rc=0
   PERF_SUMMARY="$out/perf-summary.txt" bash "$SOFTROCE_DIR/guest_perf.sh" \
     >"$out/perf.log" 2>&1 || perf_rc=$?
@@ -96,6 +100,21 @@ if [[ -f "$SOFTROCE_DIR/guest_perf.sh" ]] && command -v rdma_pingpong >/dev/null
   else
     report FAIL "performance run failed (status $perf_rc), see perf.log"
   fi
+fi
+
+# --- 5. this kernel's rxe facts ----------------------------------------------------
+if command -v rxe_probe >/dev/null; then
+  probe_rc=0
+  timeout "$step_timeout" rxe_probe "$RXE_A" "$GID_A" "$RXE_B" "$GID_B" >"$out/rxe_probe.txt" 2>&1 ||
+    probe_rc=$?
+  cat "$out/rxe_probe.txt"
+  sed -n "s/^PROBE /INFO rxe $(uname -r): /p" "$out/rxe_probe.txt" | tee -a "$summary"
+  # What rxe0 did meanwhile: retransmissions vs. retry-exhausted completions.
+  rdma statistic show link "$RXE_A/1" >"$out/rxe_probe-counters.txt" 2>&1 || true
+  counters=$(tr ' ' '\n' <"$out/rxe_probe-counters.txt" | paste - - 2>/dev/null |
+    awk '$1 == "completer_retry_err" || $1 == "retry_exceeded_err" || $1 == "rcvd_seq_err" { printf "%s %s, ", $1, $2 }')
+  report INFO "rxe $(uname -r): $RXE_A counters after the probe: ${counters%, }"
+  ((probe_rc == 0)) || report INFO "rxe_probe exited with status $probe_rc (see rxe_probe.txt)"
 fi
 
 echo "=== rdma_transport over Soft-RoCE: summary"

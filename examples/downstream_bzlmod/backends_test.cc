@@ -1,0 +1,1 @@
+../downstream/backends_test.cc

@@ -35,8 +35,7 @@ int PollNow(std::span<pollfd> fds) {
 
 }  // namespace
 
-SimEnv::SimEnv(Fabric* fabric, ClockMode mode)
-    : fabric_(fabric), mode_(mode) {
+SimEnv::SimEnv(Fabric* fabric, ClockMode mode) : fabric_(fabric), mode_(mode) {
   if (mode_ == ClockMode::kVirtual) {
     network_ = std::make_unique<SimNetwork>(this);
   }
@@ -157,14 +156,15 @@ void SimEnv::AdvanceLocked(std::unique_lock<std::mutex>& lock) {
                             target - kVirtualEpoch) -
                             now);
   if (next_event.has_value()) {
-    step = std::min(step, std::max(std::chrono::nanoseconds(0),
-                                   *next_event - now));
+    step = std::min(step,
+                    std::max(std::chrono::nanoseconds(0), *next_event - now));
   }
   if (now + step > time_limit_) {
     std::fprintf(stderr,
                  "sim: virtual time would pass its limit of %.3f s (now %.9f "
                  "s, %d participant(s) waiting): the scenario never ends\n",
-                 time_limit_.count() / 1e9, now.count() / 1e9, participants_.load());
+                 time_limit_.count() / 1e9, now.count() / 1e9,
+                 participants_.load());
     std::abort();
   }
   fabric_->AdvanceClockQuietly(step);

@@ -24,11 +24,10 @@ absl::StatusOr<SetupListener> SimNetwork::Listen(std::string_view address,
   const size_t colon = address.rfind(':');
   int port = 0;
   if (colon == std::string_view::npos ||
-      !absl::SimpleAtoi(std::string(address.substr(colon + 1)), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address \"", std::string(address),
-                     "\" is not of the form host:port"));
+      !absl::SimpleAtoi(std::string(address.substr(colon + 1)), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address \"", std::string(address), "\" is not of the form host:port"));
   }
   std::string host(address.substr(0, colon));
   if (host.empty() || host == "*" || host == "0.0.0.0") host = "127.0.0.1";
@@ -78,8 +77,7 @@ absl::StatusOr<SetupStream> SimNetwork::Connect(Env& /*env*/,
                    fds) != 0) {
       return VerbsError("socketpair", errno);
     }
-    const std::string local =
-        absl::StrCat("127.0.0.1:", next_client_port_++);
+    const std::string local = absl::StrCat("127.0.0.1:", next_client_port_++);
     client = SetupStream{fds[0], local, listening.address};
     listening.waiting.push_back(SetupStream{fds[1], listening.address, local});
     if (listening.waiting.size() == 1) {
@@ -91,8 +89,7 @@ absl::StatusOr<SetupStream> SimNetwork::Connect(Env& /*env*/,
   return client;
 }
 
-absl::StatusOr<std::optional<SetupStream>> SimNetwork::Accept(
-    int listener_fd) {
+absl::StatusOr<std::optional<SetupStream>> SimNetwork::Accept(int listener_fd) {
   std::lock_guard<std::mutex> lock(mu_);
   auto address = address_by_fd_.find(listener_fd);
   if (address == address_by_fd_.end()) {

@@ -2,10 +2,9 @@
 
 #include <future>
 
-#include "verbs_shim/env_thread.h"
-
 #include "absl/strings/str_cat.h"
 #include "sim/profile_names.h"
+#include "verbs_shim/env_thread.h"
 
 namespace rdma_transport {
 
@@ -23,10 +22,9 @@ DialResult Dial(const Context& client, const Context& server,
     return result;
   }
   result.listener = *std::move(listener);
-  EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>> dialled =
-      RunInThread(client.env(), [&] {
-        return Connect(client, result.listener->address(), options);
-      });
+  EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>> dialled = RunInThread(
+      client.env(),
+      [&] { return Connect(client, result.listener->address(), options); });
   result.server = result.listener->Accept(accept_deadline.value_or(
       server.env().DeadlineIn(options.handshake_timeout * 2)));
   result.client = dialled.Get();

@@ -43,8 +43,7 @@ TEST_F(EndToEndTest, ConnectsAndExchangesMessagesBothWays) {
   E2E_ASSERT_OK(pair->client->Send(Bytes("hello server")));
   E2E_ASSERT_OK(pair->server->Send(Bytes("hello client")));
   std::vector<std::byte> buffer(4096);
-  absl::StatusOr<size_t> n =
-      pair->server->Receive(buffer, In(seconds(5)));
+  absl::StatusOr<size_t> n = pair->server->Receive(buffer, In(seconds(5)));
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(Text({buffer.data(), *n}), "hello server");
   n = pair->client->Receive(buffer, In(seconds(5)));
@@ -62,9 +61,8 @@ absl::Status SendStream(Connection& connection, uint64_t stream, int count) {
     const size_t length =
         MessageLength(stream, seq, connection.max_message_size());
     FillMessage(stream, seq, {buffer.data(), length});
-    absl::Status status =
-        connection.Send({buffer.data(), length},
-                        connection.env().DeadlineIn(seconds(30)));
+    absl::Status status = connection.Send(
+        {buffer.data(), length}, connection.env().DeadlineIn(seconds(30)));
     if (!status.ok()) return WithContext(status, absl::StrCat("message ", seq));
   }
   return absl::OkStatus();
@@ -99,13 +97,12 @@ TEST_F(EndToEndTest, ManyRandomSizedMessagesBothDirectionsAtOnce) {
   absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
   ASSERT_TRUE(pair.ok()) << pair.status();
   const int count = Scaled(100000);
-  auto client_send = RunInThread(
-      env(), [&] { return SendStream(*pair->client, 1, count); });
-  auto server_send = RunInThread(
-      env(), [&] { return SendStream(*pair->server, 2, count); });
-  auto client_receive = RunInThread(env(), [&] {
-    return ReceiveStream(*pair->client, 2, count, 4096);
-  });
+  auto client_send =
+      RunInThread(env(), [&] { return SendStream(*pair->client, 1, count); });
+  auto server_send =
+      RunInThread(env(), [&] { return SendStream(*pair->server, 2, count); });
+  auto client_receive = RunInThread(
+      env(), [&] { return ReceiveStream(*pair->client, 2, count, 4096); });
   absl::Status server_received = ReceiveStream(*pair->server, 1, count, 4096);
   E2E_ASSERT_OK(server_received);
   E2E_ASSERT_OK(client_receive.Get());
@@ -147,8 +144,7 @@ TEST_F(EndToEndTest, SendsThatFitGoInlineAndOthersDoNot) {
     EXPECT_EQ(pair->client->stats().inline_sends, expected_inline)
         << "after a " << sizes[i] << "-byte send (usable inline " << usable
         << ")";
-    absl::StatusOr<size_t> n =
-        pair->server->Receive(buffer, In(seconds(5)));
+    absl::StatusOr<size_t> n = pair->server->Receive(buffer, In(seconds(5)));
     ASSERT_TRUE(n.ok()) << n.status();
     ASSERT_EQ(*n, sizes[i]);
     EXPECT_EQ(CheckMessage(7, i, {buffer.data(), *n}), "");
@@ -174,8 +170,7 @@ TEST_F(EndToEndTest, FlowControlHoldsTheSenderWhileTheReceiverIsSlow) {
   int sent = 0;
   while (sent < 100) {
     FillMessage(3, sent, message);
-    absl::Status status =
-        pair->client->Send(message, In(milliseconds(50)));
+    absl::Status status = pair->client->Send(message, In(milliseconds(50)));
     if (absl::IsDeadlineExceeded(status)) break;
     E2E_ASSERT_OK(status);
     ++sent;
@@ -186,8 +181,7 @@ TEST_F(EndToEndTest, FlowControlHoldsTheSenderWhileTheReceiverIsSlow) {
   auto sender = RunInThread(env(), [&] {
     for (int seq = sent; seq < total; ++seq) {
       FillMessage(3, seq, message);
-      absl::Status status =
-          pair->client->Send(message, In(seconds(30)));
+      absl::Status status = pair->client->Send(message, In(seconds(30)));
       if (!status.ok()) return status;
     }
     return absl::OkStatus();
@@ -195,8 +189,7 @@ TEST_F(EndToEndTest, FlowControlHoldsTheSenderWhileTheReceiverIsSlow) {
   std::vector<std::byte> buffer(64);
   for (int seq = 0; seq < total; ++seq) {
     if (seq % 16 == 0) std::this_thread::yield();
-    absl::StatusOr<size_t> n =
-        pair->server->Receive(buffer, In(seconds(30)));
+    absl::StatusOr<size_t> n = pair->server->Receive(buffer, In(seconds(30)));
     ASSERT_TRUE(n.ok()) << "message " << seq << ": " << n.status();
     ASSERT_EQ(CheckMessage(3, seq, {buffer.data(), *n}), "");
   }
@@ -370,9 +363,8 @@ TEST_F(EndToEndTest, ManyConcurrentConnections) {
   const int rounds = Scaled(20);
   std::vector<EnvFuture<absl::Status>> talks;
   for (int i = 0; i < connections; ++i) {
-    talks.push_back(RunInThread(env(), [&, i] {
-      return SendStream(*clients[i], 100 + i, rounds);
-    }));
+    talks.push_back(RunInThread(
+        env(), [&, i] { return SendStream(*clients[i], 100 + i, rounds); }));
   }
   std::vector<EnvFuture<absl::Status>> listens;
   for (int s = 0; s < connections; ++s) {
@@ -541,7 +533,8 @@ TEST_F(EndToEndTest, HandshakesFromStrangersAreRejectedAndServingGoesOn) {
        "expected HELLO"},
   };
   for (const Case& c : cases) {
-    absl::StatusOr<HandshakeMessage> reply = RawHandshake(env(), address, c.bytes);
+    absl::StatusOr<HandshakeMessage> reply =
+        RawHandshake(env(), address, c.bytes);
     ASSERT_TRUE(reply.ok()) << c.what << ": " << reply.status();
     EXPECT_EQ(reply->type, HandshakeType::kReject) << c.what;
     EXPECT_THAT(reply->reason, HasSubstr(c.reason)) << c.what;
@@ -630,9 +623,8 @@ TEST_F(EndToEndTest, PeerDeathMidTransferIsUnavailableEverywhere) {
   // Every later call reports the same.
   EXPECT_EQ(pair->client->Send(message).code(), absl::StatusCode::kUnavailable);
   std::vector<std::byte> buffer(64);
-  EXPECT_EQ(
-      pair->client->Receive(buffer, In(seconds(1))).status().code(),
-      absl::StatusCode::kUnavailable);
+  EXPECT_EQ(pair->client->Receive(buffer, In(seconds(1))).status().code(),
+            absl::StatusCode::kUnavailable);
   EXPECT_EQ(pair->client->Check().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -643,8 +635,7 @@ TEST_F(EndToEndTest, IdleReceiveNoticesAVanishedPeer) {
   ASSERT_TRUE(pair.ok()) << pair.status();
   E2E_ASSERT_OK(backend().KillPeer(*pair->server));
   std::vector<std::byte> buffer(64);
-  absl::StatusOr<size_t> n =
-      pair->client->Receive(buffer, In(seconds(20)));
+  absl::StatusOr<size_t> n = pair->client->Receive(buffer, In(seconds(20)));
   EXPECT_EQ(n.status().code(), absl::StatusCode::kUnavailable) << n.status();
   EXPECT_GT(pair->client->stats().keepalives, 0u);
 }
@@ -702,8 +693,7 @@ TEST_F(EndToEndTest, EventModeWorksAndItsFdIsPollable) {
     std::vector<std::byte> message(length);
     FillMessage(21, i, message);
     E2E_ASSERT_OK(pair->client->Send(message));
-    absl::StatusOr<size_t> n =
-        pair->client->Receive(buffer, In(seconds(30)));
+    absl::StatusOr<size_t> n = pair->client->Receive(buffer, In(seconds(30)));
     ASSERT_TRUE(n.ok()) << n.status();
     ASSERT_EQ(CheckMessage(21, i, {buffer.data(), *n}), "");
   }

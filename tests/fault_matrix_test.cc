@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <functional>
-#include <map>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -228,9 +228,8 @@ TEST_F(FaultMatrixTest, ModifyQpFailureAtRtrIsReportedWithTheTransition) {
   fabric_.faults().FailModifyQp(IBV_QPS_INIT, IBV_QPS_RTR, ETIMEDOUT, 1,
                                 devices_[0]);
   listener_ = *Listener::Create(server_context(), "127.0.0.1:0", options_);
-  auto accept = RunInThread(env(), [&] {
-    return listener_->Accept(In(seconds(2)));
-  });
+  auto accept =
+      RunInThread(env(), [&] { return listener_->Accept(In(seconds(2))); });
   absl::StatusOr<std::unique_ptr<Connection>> client =
       Connect(client_context(), listener_->address(), options_);
   EXPECT_EQ(client.status().code(), absl::StatusCode::kDeadlineExceeded);

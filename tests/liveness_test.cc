@@ -77,7 +77,9 @@ class LivenessTest : public ::testing::Test {
   }
 
   void Connect(const ConnectionOptions& options = {}) {
-    if (fabric_ == nullptr) ASSERT_NO_FATAL_FAILURE(Open());
+    if (fabric_ == nullptr) {
+      ASSERT_NO_FATAL_FAILURE(Open());
+    }
     DialResult dial = Dial(*contexts_[0], *contexts_[1], options);
     ASSERT_TRUE(dial.client.ok()) << dial.client.status();
     ASSERT_TRUE(dial.server.ok()) << dial.server.status();
@@ -89,7 +91,9 @@ class LivenessTest : public ::testing::Test {
     client_.reset();
     server_.reset();
     contexts_.clear();
-    if (fabric_ != nullptr) EXPECT_EQ(LeakReportText(*fabric_), "");
+    if (fabric_ != nullptr) {
+      EXPECT_EQ(LeakReportText(*fabric_), "");
+    }
   }
 
   Env& env() { return fabric_->env(); }
@@ -115,11 +119,11 @@ class LivenessTest : public ::testing::Test {
   std::unique_ptr<Connection> server_;
 };
 
-#define EXPECT_ELAPSED(start, expected)                    \
-  do {                                                     \
-    const auto elapsed_ = env().Now() - (start);           \
-    EXPECT_GE(elapsed_, (expected));                       \
-    EXPECT_LT(elapsed_, (expected) + kWireSlack);          \
+#define EXPECT_ELAPSED(start, expected)           \
+  do {                                            \
+    const auto elapsed_ = env().Now() - (start);  \
+    EXPECT_GE(elapsed_, (expected));              \
+    EXPECT_LT(elapsed_, (expected) + kWireSlack); \
   } while (0)
 
 // --- A peer host that vanishes: keepalive_interval + the retry budget ----
@@ -442,14 +446,14 @@ TEST_F(LivenessTest, AMessageTakenOffTheQueueByAnotherCallStillWakesTheFd) {
   EXPECT_EQ(sent, 6);
   fabric_->RunUntilIdle();
   std::vector<std::byte> buffer(64);
-  EXPECT_TRUE(absl::IsDeadlineExceeded(
-      server_->Receive(buffer, env().Now()).status()));
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(server_->Receive(buffer, env().Now()).status()));
   EXPECT_FALSE(readable());
   // ... the client's message is on the wire, not yet delivered ...
   ASSERT_TRUE(client_->Send(std::as_bytes(std::span("ping", 4))).ok());
   // ... and arrives while the server waits in Send().
-  EXPECT_TRUE(absl::IsDeadlineExceeded(
-      server_->Send(message, In(milliseconds(10)))));
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(server_->Send(message, In(milliseconds(10)))));
   EXPECT_TRUE(readable()) << "a message waits and event_fd() is not readable";
   absl::StatusOr<size_t> n = server_->Receive(buffer, env().Now());
   ASSERT_TRUE(n.ok()) << n.status();

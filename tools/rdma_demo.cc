@@ -19,13 +19,13 @@
 #include "absl/strings/str_format.h"
 #include "sim/device_profile.h"
 #include "sim/fabric.h"
-#include "verbs_shim/env_thread.h"
 #include "sim/sim_verbs.h"
 #include "tools/latency_stats.h"
 #include "transport/config.h"
 #include "transport/connection.h"
 #include "transport/context.h"
 #include "transport/listener.h"
+#include "verbs_shim/env_thread.h"
 #include "verbs_shim/verbs_names.h"
 
 namespace rdma_transport {

@@ -594,9 +594,10 @@ Clock::duration Connection::WatchdogBudgetLocked() const {
       sq_completed_ == 0 ? 0 : sq_bytes_[(sq_completed_ - 1) % sq_depth_];
   const uint64_t outstanding = sq_bytes_posted_ - completed_bytes;
   return completion_timeout_ +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<
-             double>(static_cast<double>(outstanding) /
-                     static_cast<double>(kWatchdogFloorBytesPerSecond)));
+         std::chrono::duration_cast<Clock::duration>(
+             std::chrono::duration<double>(
+                 static_cast<double>(outstanding) /
+                 static_cast<double>(kWatchdogFloorBytesPerSecond)));
 }
 
 void Connection::CheckStalledLocked(Deadline now) {
@@ -692,10 +693,10 @@ void Connection::CheckAsyncEventsLocked(std::string_view symptom) {
 void Connection::NoteAsyncEventLocked(std::string_view symptom) {
   if (const int event = async_event_.load(std::memory_order_acquire);
       event != 0 && failure_.ok()) {
-    FailLocked(absl::UnavailableError(absl::StrCat(
-        name_, ": ", AsyncEventName(event - 1), " (",
-        AsyncEventMeaning(event - 1), ")",
-        symptom.empty() ? "" : "; then ", std::string(symptom))));
+    FailLocked(absl::UnavailableError(
+        absl::StrCat(name_, ": ", AsyncEventName(event - 1), " (",
+                     AsyncEventMeaning(event - 1), ")",
+                     symptom.empty() ? "" : "; then ", std::string(symptom))));
   }
 }
 

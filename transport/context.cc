@@ -1,8 +1,8 @@
 #include "transport/context.h"
 
-#include <algorithm>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
@@ -176,9 +176,9 @@ void Context::DispatchAsyncEvent(ibv_event_type type, uint32_t qp_num,
     for (AsyncEventListener* listener : to_fail) listener->OnAsyncEvent(type);
   }
   if (reselect_gid) {
-    absl::StatusOr<SelectedGid> gid = SelectGid(
-        verbs_, device_, device_name_, config_.port, port_attr_,
-        config_.gid_index);
+    absl::StatusOr<SelectedGid> gid =
+        SelectGid(verbs_, device_, device_name_, config_.port, port_attr_,
+                  config_.gid_index);
     if (gid.ok()) {
       std::lock_guard<std::mutex> lock(gid_mu_);
       gid_ = *gid;

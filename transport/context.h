@@ -43,9 +43,9 @@
 
 #include <memory>
 #include <mutex>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "transport/config.h"
@@ -170,8 +170,8 @@ class Context {
     uint32_t qp_num;
     const ibv_cq* cq;
   };
-  mutable std::mutex async_drain_mu_;     // one drainer at a time
-  mutable std::mutex listeners_mu_;       // guards listeners_, events_
+  mutable std::mutex async_drain_mu_;  // one drainer at a time
+  mutable std::mutex listeners_mu_;    // guards listeners_, events_
   mutable std::vector<Registered> listeners_;
   mutable AsyncEventCounts events_;
   int mtu_ = 0;

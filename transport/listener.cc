@@ -96,8 +96,7 @@ absl::StatusOr<HandshakeMessage> ReceiveFrame(Env& env, int fd,
   absl::StatusOr<HandshakeHeader> header = DecodeHandshakeHeader(header_bytes);
   if (!header.ok()) return header.status();
   std::vector<uint8_t> body(header->body_length);
-  if (absl::Status status = ReadExact(env, fd, body, deadline);
-      !status.ok()) {
+  if (absl::Status status = ReadExact(env, fd, body, deadline); !status.ok()) {
     return WithContext(status, "handshake");
   }
   return DecodeHandshakeBody(*header, body);
@@ -125,8 +124,8 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
   Socket socket(stream->fd);
   if (options.name.empty()) {
     ConnectionSetup::Rename(
-        **connection, absl::StrCat("connection ", stream->local_address,
-                                   " -> ", stream->peer_address));
+        **connection, absl::StrCat("connection ", stream->local_address, " -> ",
+                                   stream->peer_address));
   }
   const std::string name = (*connection)->name();
 

@@ -277,10 +277,10 @@ int64_t RingBytes(const ConnectionOptions& options) {
 // and one Write()/Read() batch of work requests and gather entries.
 int64_t BookkeepingBytes(const ConnectionOptions& options) {
   const int64_t sq_depth = options.send_slots + options.max_rdma_batch + 4;
-  return static_cast<int64_t>(
-      sizeof(Connection) + 8 * options.recv_slots + 8 * options.send_slots +
-      8 * sq_depth +
-      options.max_rdma_batch * (sizeof(ibv_send_wr) + sizeof(ibv_sge)));
+  return static_cast<int64_t>(sizeof(Connection) + 8 * options.recv_slots +
+                              8 * options.send_slots + 8 * sq_depth +
+                              options.max_rdma_batch *
+                                  (sizeof(ibv_send_wr) + sizeof(ibv_sge)));
 }
 
 // Everything one side may hold: rings, the transport's bookkeeping and name,
@@ -530,8 +530,8 @@ bool WaitConnected(const std::vector<int>& fds, Deadline deadline) {
   for (int fd : fds) waiting.push_back({fd, POLLOUT, 0});
   while (!waiting.empty()) {
     if (Clock::now() >= deadline) return false;
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-        deadline - Clock::now());
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
     if (poll(waiting.data(), waiting.size(),
              static_cast<int>(std::max<int64_t>(left.count(), 0))) < 0 &&
         errno != EINTR) {

@@ -60,16 +60,15 @@ class EnvFuture {
     std::thread thread;
   };
 
-  explicit EnvFuture(std::unique_ptr<State> state)
-      : state_(std::move(state)) {}
+  explicit EnvFuture(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
   void WaitForThread() {
     Env& env = state_->env;
     while (!state_->done.load(std::memory_order_acquire)) {
       const uint64_t token = env.PrepareWait();
       if (state_->done.load(std::memory_order_acquire)) break;
-      env.Wait(token, {}, env.virtual_time() ? kNoDeadline
-                                             : env.DeadlineIn(kPollEvery),
+      env.Wait(token, {},
+               env.virtual_time() ? kNoDeadline : env.DeadlineIn(kPollEvery),
                WaitKind::kBlock);
     }
     if (state_->thread.joinable()) state_->thread.join();

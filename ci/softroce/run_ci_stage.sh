@@ -114,9 +114,9 @@ verdict_of() {
 # is the e2e suite with only these tests failing is reported as
 # "KNOWN FAILURE" and does not fail the stage. Each entry names its issue;
 # delete it with the fix. $SOFTROCE_KNOWN_FAILURES replaces the list.
-#   issue 10: the 16 MiB WRITE/READ falls to the completion watchdog ("no
-#   completion for 2147 ms") on 6.12 and 7.x under TCG.
-read -r -a known_failures <<<"${SOFTROCE_KNOWN_FAILURES-trixie:EndToEndTest.WriteAndReadFromOneByteTo16MiB sid:EndToEndTest.WriteAndReadFromOneByteTo16MiB}"
+# Empty: issue 10's 16 MiB WRITE/READ (the completion watchdog on 6.12 and
+# 7.x under TCG) was fixed by pacing rxe's RDMA (connection.h).
+read -r -a known_failures <<<"${SOFTROCE_KNOWN_FAILURES-}"
 
 # only_known_failures SUITE DIR: true if every FAIL line of DIR/summary.txt is
 # the e2e suite and every test it names is a known failure of SUITE.

@@ -83,22 +83,6 @@ int ReadOneEvent(int fd) {
   }
 }
 
-bool IsQpEvent(ibv_event_type type) {
-  switch (type) {
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Checks the values of the attributes `mask` sets, as the kernel and the
 // providers do before touching the QP.
 absl::Status ValidateQpAttributes(const SimQp& qp, const ibv_qp_attr& attr,
@@ -941,7 +925,7 @@ void SimVerbs::AckAsyncEvent(ibv_async_event* event) {
   if (event == nullptr) return;
   FabricCore& core = fabric_->core();
   std::lock_guard<internal::CoreMutex> lock(core.mu);
-  if (IsQpEvent(event->event_type)) {
+  if (IsQpAsyncEvent(event->event_type)) {
     if (SimQp* qp = core.FindQp(event->element.qp); qp != nullptr) {
       ++qp->async_events_acked;
       ++qp->verbs.events_completed;

@@ -22,6 +22,7 @@
 #include "tests/connection_pair.h"
 #include "tests/connection_test_peer.h"
 #include "tests/e2e_fixture.h"
+#include "tests/swallow_send_completions.h"
 #include "transport/connection.h"
 #include "transport/listener.h"
 #include "verbs_shim/env_thread.h"
@@ -43,24 +44,6 @@ constexpr auto kWireSlack = microseconds(50);
 // MC_IB_RETRY_CNT (7): 4.096 us * 2^14 * 8 = 536.9 ms.
 constexpr nanoseconds kRetryBudget{4096ll * (1ll << 14) * 8};
 constexpr milliseconds kKeepalive{1000};
-
-// Swallows send completions while `swallow` is set: Soft-RoCE on Linux 6.1,
-// which retransmits to a dead peer forever instead of failing.
-class SwallowSendCompletions : public VerbsWrapper {
- public:
-  using VerbsWrapper::VerbsWrapper;
-  std::atomic<bool> swallow{false};
-
-  absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override {
-    absl::StatusOr<int> polled = target()->PollCq(cq, num_entries, wc);
-    if (!polled.ok() || !swallow.load()) return polled;
-    int kept = 0;
-    for (int i = 0; i < *polled; ++i) {
-      if (wc[i].opcode & IBV_WC_RECV) wc[kept++] = wc[i];
-    }
-    return kept;
-  }
-};
 
 class LivenessTest : public ::testing::Test {
  protected:

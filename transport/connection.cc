@@ -48,25 +48,6 @@ constexpr uint64_t kWatchdogPieceBytes = 1 << 20;
 // 256 packets at rxe's 1024-byte MTU, inside the 1000-packet backlog.
 constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
 
-const char* AsyncEventName(int type) {
-  switch (type) {
-    case IBV_EVENT_QP_FATAL:
-      return "IBV_EVENT_QP_FATAL";
-    case IBV_EVENT_QP_REQ_ERR:
-      return "IBV_EVENT_QP_REQ_ERR";
-    case IBV_EVENT_QP_ACCESS_ERR:
-      return "IBV_EVENT_QP_ACCESS_ERR";
-    case IBV_EVENT_CQ_ERR:
-      return "IBV_EVENT_CQ_ERR";
-    case IBV_EVENT_PORT_ERR:
-      return "IBV_EVENT_PORT_ERR";
-    case IBV_EVENT_DEVICE_FATAL:
-      return "IBV_EVENT_DEVICE_FATAL";
-    default:
-      return "an asynchronous event";
-  }
-}
-
 const char* AsyncEventMeaning(int type) {
   switch (type) {
     case IBV_EVENT_QP_FATAL:
@@ -693,10 +674,10 @@ void Connection::CheckAsyncEventsLocked(std::string_view symptom) {
 void Connection::NoteAsyncEventLocked(std::string_view symptom) {
   if (const int event = async_event_.load(std::memory_order_acquire);
       event != 0 && failure_.ok()) {
-    FailLocked(absl::UnavailableError(
-        absl::StrCat(name_, ": ", AsyncEventName(event - 1), " (",
-                     AsyncEventMeaning(event - 1), ")",
-                     symptom.empty() ? "" : "; then ", std::string(symptom))));
+    FailLocked(absl::UnavailableError(absl::StrCat(
+        name_, ": ", AsyncEventName(static_cast<ibv_event_type>(event - 1)),
+        " (", AsyncEventMeaning(event - 1), ")",
+        symptom.empty() ? "" : "; then ", std::string(symptom))));
   }
 }
 

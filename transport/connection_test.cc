@@ -12,6 +12,7 @@
 #include "sim/fabric.h"
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
+#include "tests/swallow_send_completions.h"
 #include "transport/listener.h"
 #include "verbs_shim/verbs_wrapper.h"
 
@@ -21,23 +22,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
-
-// Drops every send-side completion while `swallow` is set.
-class SwallowSendCompletions : public VerbsWrapper {
- public:
-  using VerbsWrapper::VerbsWrapper;
-  std::atomic<bool> swallow{false};
-
-  absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override {
-    absl::StatusOr<int> polled = target()->PollCq(cq, num_entries, wc);
-    if (!polled.ok() || !swallow.load()) return polled;
-    int kept = 0;
-    for (int i = 0; i < *polled; ++i) {
-      if (wc[i].opcode & IBV_WC_RECV) wc[kept++] = wc[i];
-    }
-    return kept;
-  }
-};
 
 // Every time below is virtual (the fabric's clock), so exact: the
 // transport's timers fire when the SimEnv moves the clock to them.

@@ -106,22 +106,10 @@ int Context::PollAsyncEvents() const {
     const ibv_event_type type = event.event_type;
     uint32_t qp_num = 0;
     const ibv_cq* cq = nullptr;
-    switch (type) {
-      case IBV_EVENT_QP_FATAL:
-      case IBV_EVENT_QP_REQ_ERR:
-      case IBV_EVENT_QP_ACCESS_ERR:
-      case IBV_EVENT_COMM_EST:
-      case IBV_EVENT_SQ_DRAINED:
-      case IBV_EVENT_PATH_MIG:
-      case IBV_EVENT_PATH_MIG_ERR:
-      case IBV_EVENT_QP_LAST_WQE_REACHED:
-        qp_num = event.element.qp != nullptr ? event.element.qp->qp_num : 0;
-        break;
-      case IBV_EVENT_CQ_ERR:
-        cq = event.element.cq;
-        break;
-      default:
-        break;
+    if (IsQpAsyncEvent(type)) {
+      qp_num = event.element.qp != nullptr ? event.element.qp->qp_num : 0;
+    } else if (type == IBV_EVENT_CQ_ERR) {
+      cq = event.element.cq;
     }
     verbs_.AckAsyncEvent(&event);
     DispatchAsyncEvent(type, qp_num, cq);

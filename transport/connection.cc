@@ -287,6 +287,7 @@ RemoteRegion Connection::ProbeTarget() const { return probe_slot_.remote(); }
 
 void Connection::AdoptSetupStream(Socket stream) {
   std::unique_lock<std::mutex> lock(mu_);
+  handshake_done_ = true;
   setup_ = std::move(stream);
   setup_watched_ = setup_.valid();
   if (setup_watched_ && epoll_fd_ >= 0) {
@@ -1209,7 +1210,9 @@ absl::Status Connection::Close(Deadline deadline) {
   }
 
   absl::Status result;
-  if (established_ && failure_.ok() && !peer_closed_) {
+  // A connection whose handshake never finished (the Listener gives it up)
+  // has nobody to tell: the peer may not even have its QP up.
+  if (established_ && handshake_done_ && failure_.ok() && !peer_closed_) {
     // The close message needs a credit and a send queue entry. A failure
     // meanwhile leaves nothing to tell: the close itself still succeeds.
     absl::Status ready = WaitUntilLocked(

@@ -357,6 +357,7 @@ class Connection final : private AsyncEventListener {
   Socket setup_;
   bool setup_watched_ = false;  // setup_ open and not yet at EOF
   bool peer_goodbye_ = false;
+  bool handshake_done_ = false;      // READY sent / received: the peer is up
   std::atomic<int> async_event_{0};  // ibv_event_type + 1, 0: none
   bool registered_ = false;
 

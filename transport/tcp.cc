@@ -87,12 +87,11 @@ class TcpSetupNetwork final : public SetupNetwork {
     SocketAddress address;
     address.storage = peer;
     address.length = length;
+    // No getsockname(): under a flood every system call per accepted
+    // socket counts, and the local address is the listener's.
     SetupStream stream;
     stream.fd = fd;
     stream.peer_address = FormatSocketAddress(address);
-    absl::StatusOr<SocketAddress> local = LocalAddress(fd);
-    stream.local_address =
-        local.ok() ? FormatSocketAddress(*local) : "<unknown>";
     return std::optional<SetupStream>(std::move(stream));
   }
 

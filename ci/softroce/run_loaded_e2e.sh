@@ -6,9 +6,9 @@
 #   ci/softroce/run_loaded_e2e.sh [--out-dir DIR] [run_vm.sh arguments...]
 #
 # Starts one busy loop per host core (at the default priority, so the VM's
-# emulation competes with them), boots the VM with guest_e2e.sh through
-# run_ci_stage.sh (SOFTROCE_GUEST=e2e), then stops the load, whatever
-# happened. Artifacts in DIR (default .cache/softroce-loaded/). Exit status
+# emulation competes with them), boots a VM per kernel of SOFTROCE_KERNELS
+# with guest_e2e.sh through run_ci_stage.sh (SOFTROCE_GUEST=e2e), then stops
+# the load, whatever happened. Artifacts in DIR (default .cache/softroce-loaded/). Exit status
 # is run_ci_stage.sh's.
 set -euo pipefail
 

@@ -15,7 +15,8 @@
 #      rxe0, server on rxe1, TCP handshake across the veth, at
 #      RDMA_TEST_SCALE percent of the iterations (every case runs)
 #   4. when present, guest_perf.sh: our tools beside perftest (unless
-#      SOFTROCE_PERF=0: run_ci_stage.sh runs it on its first kernel only)
+#      SOFTROCE_PERF=0: run_ci_stage.sh passes that except on its first
+#      kernel with SOFTROCE_PERF=1)
 #   5. when present, rxe_probe (ci/softroce/rxe_probe.c): this kernel's rxe
 #      facts (dead-peer completion, SL in query_qp, max inline, max_msg_sz,
 #      GID table), INFO lines, not judged

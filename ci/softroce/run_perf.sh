@@ -9,7 +9,9 @@
 #
 # DIR (default .cache/softroce-perf in the checkout) receives
 # perf_latency.csv, perf_bw.csv and perf_summary.txt; DIR/vm holds every
-# artifact of the VM (each tool's raw output under perf-raw/, console log).
+# artifact of the VM (DIR/vm/<suite>/: each tool's raw output under
+# perf-raw/, console log); the kernel is the first of $SOFTROCE_KERNELS
+# (default bookworm, Debian 12's).
 # Plot the latency CSV with docs/plots/plot_latency.py. Exit status is
 # run_ci_stage.sh's (0 pass, 1..89 a failed run, 90 VM infrastructure,
 # 91 timeout; see docs/soft-roce.md). $SOFTROCE_TIMEOUT bounds the VM
@@ -43,14 +45,17 @@ echo "==== run_perf: build (bazel -c opt)"
 bin_dir=$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)
 
 status=0
-SOFTROCE_GUEST=smoke SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500} \
+# One kernel (run_ci_stage.sh runs each of SOFTROCE_KERNELS): the first.
+kernel=${SOFTROCE_KERNELS:-bookworm}
+kernel=${kernel%% *}
+SOFTROCE_KERNELS=$kernel SOFTROCE_GUEST=smoke SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500} \
   "$here/run_ci_stage.sh" --out-dir "$out_dir/vm" \
   --file "$bin_dir/tools/rdma_pingpong:/usr/local/bin/rdma_pingpong" \
   --file "$bin_dir/tools/rdma_bw:/usr/local/bin/rdma_bw" \
   ${envs[@]+"${envs[@]}"} --guest-script "$here/guest_perf.sh" || status=$?
 
 for file in perf_latency.csv perf_bw.csv perf_summary.txt; do
-  if [[ -f "$out_dir/vm/$file" ]]; then cp "$out_dir/vm/$file" "$out_dir/"; fi
+  if [[ -f "$out_dir/vm/$kernel/$file" ]]; then cp "$out_dir/vm/$kernel/$file" "$out_dir/"; fi
 done
 echo
 echo "==== run_perf: results in $out_dir"

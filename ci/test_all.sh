@@ -20,6 +20,13 @@
 #                                        6.12, 7.x), one VM each
 #
 # BAZEL7_STAGE=0 or SOFTROCE_STAGE=0 skip those stages (for a quick local run).
+#
+# A fresh clone on the 2-core CI machine kind (kernels and the chroot already
+# cached; a cold cache adds about 5 minutes: chroot 271 s, kernels about 17 s
+# each), 2026-12-01: lint 2 s, bazel test 248 s, asan 352 s, ubsan 345 s,
+# tsan 180 s, fuzzing 146 s, tools 116 s, downstream and docs 131 s, Bazel 7
+# 341 s, Soft-RoCE 506 s (with the performance run, since made opt-in:
+# about 270 s less); 2368 s in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

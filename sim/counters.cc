@@ -6,10 +6,43 @@
 #include "verbs_shim/verbs_names.h"
 
 namespace rdma_transport::sim {
+namespace {
+
+// The ibv_event_type enumerator names, in enum order.
+constexpr const char* kAsyncEventNames[kAsyncEventTypeCount] = {
+    "IBV_EVENT_CQ_ERR",
+    "IBV_EVENT_QP_FATAL",
+    "IBV_EVENT_QP_REQ_ERR",
+    "IBV_EVENT_QP_ACCESS_ERR",
+    "IBV_EVENT_COMM_EST",
+    "IBV_EVENT_SQ_DRAINED",
+    "IBV_EVENT_PATH_MIG",
+    "IBV_EVENT_PATH_MIG_ERR",
+    "IBV_EVENT_DEVICE_FATAL",
+    "IBV_EVENT_PORT_ACTIVE",
+    "IBV_EVENT_PORT_ERR",
+    "IBV_EVENT_LID_CHANGE",
+    "IBV_EVENT_PKEY_CHANGE",
+    "IBV_EVENT_SM_CHANGE",
+    "IBV_EVENT_SRQ_ERR",
+    "IBV_EVENT_SRQ_LIMIT_REACHED",
+    "IBV_EVENT_QP_LAST_WQE_REACHED",
+    "IBV_EVENT_CLIENT_REREGISTER",
+    "IBV_EVENT_GID_CHANGE",
+    "IBV_EVENT_WQ_FATAL",
+};
+
+}  // namespace
 
 uint64_t SimCounters::total_completions() const {
   uint64_t total = 0;
   for (uint64_t count : completions_by_status) total += count;
+  return total;
+}
+
+uint64_t SimCounters::total_async_events() const {
+  uint64_t total = 0;
+  for (uint64_t count : async_events_by_type) total += count;
   return total;
 }
 
@@ -27,6 +60,9 @@ SimCounters& SimCounters::operator+=(const SimCounters& other) {
   completions_lost += other.completions_lost;
   for (size_t i = 0; i < kWcStatusCount; ++i) {
     completions_by_status[i] += other.completions_by_status[i];
+  }
+  for (size_t i = 0; i < kAsyncEventTypeCount; ++i) {
+    async_events_by_type[i] += other.async_events_by_type[i];
   }
   return *this;
 }
@@ -50,6 +86,9 @@ std::string SimCounters::ToString() const {
   add("completions_lost", completions_lost);
   for (size_t i = 0; i < kWcStatusCount; ++i) {
     add(WcStatusName(static_cast<ibv_wc_status>(i)), completions_by_status[i]);
+  }
+  for (size_t i = 0; i < kAsyncEventTypeCount; ++i) {
+    add(kAsyncEventNames[i], async_events_by_type[i]);
   }
   return text.empty() ? "(all zero)" : text;
 }

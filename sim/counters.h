@@ -23,6 +23,8 @@ namespace rdma_transport::sim {
 
 // ibv_wc_status values run from IBV_WC_SUCCESS to IBV_WC_TM_RNDV_INCOMPLETE.
 inline constexpr size_t kWcStatusCount = IBV_WC_TM_RNDV_INCOMPLETE + 1;
+// ibv_event_type values run from IBV_EVENT_CQ_ERR to IBV_EVENT_WQ_FATAL.
+inline constexpr size_t kAsyncEventTypeCount = IBV_EVENT_WQ_FATAL + 1;
 
 struct SimCounters {
   // Work requests accepted by PostSend / PostRecv.
@@ -55,6 +57,10 @@ struct SimCounters {
   uint64_t completions_lost = 0;
   // Completions written to this device's CQs, by ibv_wc_status.
   std::array<uint64_t, kWcStatusCount> completions_by_status{};
+  // Async events queued on this device's contexts, by ibv_event_type: one
+  // per context an event went to (a port event on a device with two open
+  // contexts counts two), whether or not GetAsyncEvent took it.
+  std::array<uint64_t, kAsyncEventTypeCount> async_events_by_type{};
 
   uint64_t completions(ibv_wc_status status) const {
     return static_cast<size_t>(status) < kWcStatusCount
@@ -62,6 +68,12 @@ struct SimCounters {
                : 0;
   }
   uint64_t total_completions() const;
+  uint64_t async_events(ibv_event_type type) const {
+    return static_cast<size_t>(type) < kAsyncEventTypeCount
+               ? async_events_by_type[type]
+               : 0;
+  }
+  uint64_t total_async_events() const;
 
   SimCounters& operator+=(const SimCounters& other);
 

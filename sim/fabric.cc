@@ -76,7 +76,11 @@ std::string LiveObject::ToString() const {
 }
 
 Fabric::Fabric(FabricOptions options)
-    : core_(std::make_unique<FabricCore>(options)), faults_(core_.get()) {}
+    : core_(std::make_unique<FabricCore>(options)),
+      faults_(core_.get()),
+      env_(std::make_unique<SimEnv>(this, options.clock)) {
+  faults_.env_ = env_.get();
+}
 
 Fabric::~Fabric() {
   const std::vector<LiveObject> leaks = LeakReport();
@@ -91,7 +95,7 @@ Fabric::~Fabric() {
 absl::StatusOr<std::string> Fabric::AddDevice(const DeviceProfile& profile,
                                               std::optional<std::string> name,
                                               std::optional<std::string> ipv4) {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   auto device = std::make_unique<Device>();
   device->index = static_cast<uint32_t>(core_->devices.size());
   device->profile = profile;
@@ -147,50 +151,75 @@ absl::StatusOr<std::string> Fabric::AddDevice(const DeviceProfile& profile,
 }
 
 std::vector<std::string> Fabric::DeviceNames() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   std::vector<std::string> names;
   for (const auto& device : core_->devices) names.push_back(device->name);
   return names;
 }
 
 ProgressMode Fabric::progress_mode() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   return core_->options.progress_mode;
 }
 
 void Fabric::set_progress_mode(ProgressMode mode) {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   core_->options.progress_mode = mode;
   core_->ProgressLocked();
 }
 
 std::chrono::nanoseconds Fabric::Now() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   return core_->now;
 }
 
 size_t Fabric::RunUntilIdle() {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->RunUntilIdleLocked();
+  size_t count;
+  {
+    std::lock_guard<internal::CoreMutex> lock(core_->mu);
+    count = core_->RunUntilIdleLocked();
+  }
+  env_->Notify();
+  return count;
 }
 
 bool Fabric::Step() {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->StepLocked();
+  bool stepped;
+  {
+    std::lock_guard<internal::CoreMutex> lock(core_->mu);
+    stepped = core_->StepLocked();
+  }
+  env_->Notify();
+  return stepped;
 }
 
 size_t Fabric::AdvanceClock(std::chrono::nanoseconds duration) {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->AdvanceClockLocked(duration);
+  size_t count;
+  {
+    std::lock_guard<internal::CoreMutex> lock(core_->mu);
+    count = core_->AdvanceClockLocked(duration);
+  }
+  env_->Notify();
+  return count;
+}
+
+void Fabric::AdvanceClockQuietly(std::chrono::nanoseconds duration) {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  core_->AdvanceClockLocked(duration);
+}
+
+std::optional<std::chrono::nanoseconds> Fabric::NextEventTime() const {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  return core_->NextEventTimeLocked();
 }
 
 size_t Fabric::PendingEvents() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   return core_->PendingEventCountLocked();
 }
 
 SimCounters Fabric::Counters() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   SimCounters total;
   for (const auto& device : core_->devices) total += device->counters;
   return total;
@@ -198,7 +227,7 @@ SimCounters Fabric::Counters() const {
 
 absl::StatusOr<SimCounters> Fabric::DeviceCounters(
     std::string_view device) const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   const Device* found = core_->FindDevice(device);
   if (found == nullptr) {
     return absl::NotFoundError(
@@ -208,8 +237,18 @@ absl::StatusOr<SimCounters> Fabric::DeviceCounters(
 }
 
 std::vector<LiveObject> Fabric::LeakReport() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
   return core_->LeakReportLocked();
+}
+
+uint64_t Fabric::TraceDigest() const {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  return core_->trace.digest();
+}
+
+uint64_t Fabric::EventsRun() const {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  return core_->events_run;
 }
 
 }  // namespace rdma_transport::sim

@@ -50,6 +50,7 @@
 #include "sim/counters.h"
 #include "sim/device_profile.h"
 #include "sim/fault_injector.h"
+#include "sim/sim_env.h"
 
 namespace rdma_transport::sim {
 
@@ -68,6 +69,9 @@ struct FabricOptions {
   std::chrono::nanoseconds link_latency{1000};
   // Serialisation rate: a message of B bytes also takes B * 8 / link_gbps ns.
   uint32_t link_gbps = 100;
+  // The transport's clock (sim/sim_env.h): virtual, or the wall clock with
+  // real TCP for setup.
+  ClockMode clock = ClockMode::kVirtual;
 };
 
 // One verbs object still alive, for the leak report.
@@ -97,6 +101,8 @@ class Fabric {
   std::vector<std::string> DeviceNames() const;
 
   FaultInjector& faults() { return faults_; }
+  // The Env of the transport running on this fabric (sim/sim_env.h).
+  SimEnv& env() { return *env_; }
 
   ProgressMode progress_mode() const;
   // Switching to kImmediate runs the fabric to quiescence.
@@ -116,6 +122,8 @@ class Fabric {
   // Now() + duration; returns how many ran.
   size_t AdvanceClock(std::chrono::nanoseconds duration);
   size_t PendingEvents() const;
+  // Virtual time of the earliest pending event, if any.
+  std::optional<std::chrono::nanoseconds> NextEventTime() const;
 
   // --- Accounting ---
 
@@ -125,12 +133,34 @@ class Fabric {
   // Every verbs object not yet destroyed, in creation order.
   std::vector<LiveObject> LeakReport() const;
 
+  // --- Determinism ---
+
+  // A 64-bit digest of everything the fabric did so far, in order: every
+  // event run (virtual time, kind, QP number, WQE index, attempt, reply),
+  // and within it every packet lost (device, QP) and every completion
+  // written or lost (CQ, QP, WQE index, wr_id, status, opcode, byte_len);
+  // every async event raised (time, context, type, QP number or CQ handle).
+  // Two fabrics driven through the same scenario from one thread have equal
+  // digests; a run that differs in any of those (one more lost packet, a
+  // completion a nanosecond later) almost surely has another. Compare
+  // digests to prove a scenario replays, or to spot where two runs part
+  // (check after each step). Addresses never enter it. Costs a few
+  // nanoseconds per event; allocates nothing.
+  uint64_t TraceDigest() const;
+  // How many events the fabric has run (stale timers and packets, skipped
+  // without running, excluded).
+  uint64_t EventsRun() const;
+
  private:
   friend class SimVerbs;
+  friend class SimEnv;
   internal::FabricCore& core() { return *core_; }
+  // AdvanceClock() without telling the SimEnv (which calls it).
+  void AdvanceClockQuietly(std::chrono::nanoseconds duration);
 
   std::unique_ptr<internal::FabricCore> core_;
   FaultInjector faults_;
+  std::unique_ptr<SimEnv> env_;
 };
 
 }  // namespace rdma_transport::sim

@@ -15,6 +15,9 @@
 #ifndef RDMA_TRANSPORT_SIM_PAIR_FIXTURE_H_
 #define RDMA_TRANSPORT_SIM_PAIR_FIXTURE_H_
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +91,33 @@ class PairTest : public ::testing::Test {
   }
   static ibv_wc PollOneRecv(Endpoint& endpoint) {
     return PollOne(endpoint, endpoint.recv_cq());
+  }
+  // Every async event pending on `context`, oldest first, each acknowledged
+  // (so the objects can be destroyed; the element pointers stay comparable).
+  // Makes the context's async_fd non-blocking.
+  static std::vector<ibv_async_event> TakeAsyncEvents(Verbs& verbs,
+                                                      ibv_context* context) {
+    const int flags = fcntl(context->async_fd, F_GETFL);
+    EXPECT_EQ(fcntl(context->async_fd, F_SETFL, flags | O_NONBLOCK), 0);
+    std::vector<ibv_async_event> events;
+    while (true) {
+      ibv_async_event event{};
+      absl::Status status = verbs.GetAsyncEvent(context, &event);
+      if (!status.ok()) {
+        EXPECT_EQ(VerbsErrno(status), EAGAIN) << status;
+        return events;
+      }
+      verbs.AckAsyncEvent(&event);
+      events.push_back(event);
+    }
+  }
+  static std::vector<ibv_async_event> TakeAsyncEvents(Endpoint& endpoint) {
+    return TakeAsyncEvents(*endpoint.verbs(), endpoint.context());
+  }
+  static ibv_port_state PortState(Endpoint& endpoint) {
+    ibv_port_attr port{};
+    EXPECT_OK(endpoint.verbs()->QueryPort(endpoint.context(), 1, &port));
+    return port.state;
   }
   static ibv_qp_state QpState(Endpoint& endpoint) {
     ibv_qp_attr attr{};

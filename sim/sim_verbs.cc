@@ -16,11 +16,24 @@
 #include "absl/strings/str_cat.h"
 #include "sim/internal/fabric_core.h"
 #include "sim/internal/qp_transitions.h"
+#include "sim/sim_env.h"
 #include "verbs_shim/verbs_error.h"
 #include "verbs_shim/verbs_names.h"
 
 namespace rdma_transport::sim {
 namespace {
+
+// Declared before the fabric's lock in a verbs call that may give another
+// thread's wait its answer (a completion, an arrival, a flush): tells the
+// fabric's SimEnv once the lock is released.
+class NotifyWaitersOnReturn {
+ public:
+  explicit NotifyWaitersOnReturn(Fabric* fabric) : fabric_(fabric) {}
+  ~NotifyWaitersOnReturn() { fabric_->env().Notify(); }
+
+ private:
+  Fabric* const fabric_;
+};
 
 using CallFault = internal::FaultPlan::CallFault;
 using internal::AsyncEventTarget;
@@ -67,22 +80,6 @@ int ReadOneEvent(int fd) {
     uint64_t value = 0;
     if (read(fd, &value, sizeof(value)) == sizeof(value)) return 0;
     if (errno != EINTR) return errno;
-  }
-}
-
-bool IsQpEvent(ibv_event_type type) {
-  switch (type) {
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
-      return true;
-    default:
-      return false;
   }
 }
 
@@ -205,13 +202,15 @@ SimVerbs::SimVerbs(Fabric* fabric) : fabric_(fabric) {}
 
 // --- Devices ---
 
+Env& SimVerbs::env() { return fabric_->env(); }
+
 absl::StatusOr<std::vector<std::string>> SimVerbs::ListDevices() {
   return fabric_->DeviceNames();
 }
 
 absl::StatusOr<ibv_context*> SimVerbs::OpenDevice(std::string_view name) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   Device* device = core.FindDevice(name);
   if (device == nullptr) {
     return absl::NotFoundError(
@@ -233,7 +232,7 @@ absl::StatusOr<ibv_context*> SimVerbs::OpenDevice(std::string_view name) {
 
 absl::Status SimVerbs::CloseDevice(ibv_context* context) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_close_device", "context");
   if (sim->live_pds + sim->live_cqs + sim->live_channels > 0) {
@@ -252,7 +251,7 @@ absl::Status SimVerbs::CloseDevice(ibv_context* context) {
 absl::Status SimVerbs::QueryDevice(ibv_context* context,
                                    ibv_device_attr* attr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_query_device", "context");
   if (attr == nullptr) return VerbsError("ibv_query_device", EINVAL);
@@ -290,7 +289,7 @@ absl::Status SimVerbs::QueryDevice(ibv_context* context,
 absl::Status SimVerbs::QueryPort(ibv_context* context, uint8_t port,
                                  ibv_port_attr* attr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_query_port", "context");
   if (attr == nullptr || port != 1) {
@@ -300,7 +299,7 @@ absl::Status SimVerbs::QueryPort(ibv_context* context, uint8_t port,
   const Device& device = *sim->device;
   const DeviceProfile& profile = device.profile;
   *attr = ibv_port_attr{};
-  attr->state = device.dead ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+  attr->state = device.port_state();
   attr->max_mtu = profile.max_mtu;
   attr->active_mtu = profile.active_mtu;
   attr->gid_tbl_len = profile.gid_table_length;
@@ -312,7 +311,7 @@ absl::Status SimVerbs::QueryPort(ibv_context* context, uint8_t port,
   attr->max_vl_num = 4;
   attr->active_width = profile.active_width;
   attr->active_speed = profile.active_speed;
-  attr->phys_state = device.dead ? 3 /* disabled */ : 5 /* link up */;
+  attr->phys_state = device.link_up() ? 5 /* link up */ : 3 /* disabled */;
   attr->link_layer = profile.link_layer;
   return absl::OkStatus();
 }
@@ -320,7 +319,7 @@ absl::Status SimVerbs::QueryPort(ibv_context* context, uint8_t port,
 absl::Status SimVerbs::QueryGid(ibv_context* context, uint8_t port,
                                 uint32_t index, ibv_gid_entry* entry) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_query_gid_ex", "context");
   const Device& device = *sim->device;
@@ -339,7 +338,7 @@ absl::Status SimVerbs::QueryGid(ibv_context* context, uint8_t port,
 absl::StatusOr<size_t> SimVerbs::QueryGidTable(
     ibv_context* context, std::span<ibv_gid_entry> entries) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_query_gid_table", "context");
   const Device& device = *sim->device;
@@ -355,7 +354,7 @@ absl::StatusOr<size_t> SimVerbs::QueryGidTable(
 
 absl::StatusOr<ibv_pd*> SimVerbs::AllocPd(ibv_context* context) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_alloc_pd", "context");
   Device& device = *sim->device;
@@ -378,7 +377,7 @@ absl::StatusOr<ibv_pd*> SimVerbs::AllocPd(ibv_context* context) {
 
 absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim = core.FindPd(pd);
   if (sim == nullptr) return UnknownHandle("ibv_dealloc_pd", "PD");
   if (sim->live_mrs + sim->live_qps > 0) {
@@ -395,7 +394,7 @@ absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
 absl::StatusOr<ibv_mr*> SimVerbs::RegMr(ibv_pd* pd, void* addr, size_t length,
                                         int access) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim_pd = core.FindPd(pd);
   if (sim_pd == nullptr) return UnknownHandle("ibv_reg_mr", "PD");
   Device& device = *sim_pd->context->device;
@@ -443,7 +442,7 @@ absl::StatusOr<ibv_mr*> SimVerbs::RegMr(ibv_pd* pd, void* addr, size_t length,
 
 absl::Status SimVerbs::DeregMr(ibv_mr* mr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimMr* sim = core.FindMr(mr);
   if (sim == nullptr) return UnknownHandle("ibv_dereg_mr", "MR");
   sim->device->mrs_by_key.erase(sim->verbs.lkey);
@@ -458,7 +457,7 @@ absl::Status SimVerbs::DeregMr(ibv_mr* mr) {
 absl::StatusOr<ibv_comp_channel*> SimVerbs::CreateCompChannel(
     ibv_context* context) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) {
     return UnknownHandle("ibv_create_comp_channel", "context");
@@ -480,7 +479,7 @@ absl::StatusOr<ibv_comp_channel*> SimVerbs::CreateCompChannel(
 
 absl::Status SimVerbs::DestroyCompChannel(ibv_comp_channel* channel) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimChannel* sim = core.FindChannel(channel);
   if (sim == nullptr) {
     return UnknownHandle("ibv_destroy_comp_channel", "completion channel");
@@ -500,7 +499,7 @@ absl::StatusOr<ibv_cq*> SimVerbs::CreateCq(ibv_context* context, int cqe,
                                            ibv_comp_channel* channel,
                                            int comp_vector) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimContext* sim = core.FindContext(context);
   if (sim == nullptr) return UnknownHandle("ibv_create_cq", "context");
   Device& device = *sim->device;
@@ -553,7 +552,7 @@ absl::StatusOr<ibv_cq*> SimVerbs::CreateCq(ibv_context* context, int cqe,
 
 absl::Status SimVerbs::DestroyCq(ibv_cq* cq) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimCq* sim = core.FindCq(cq);
   if (sim == nullptr) return UnknownHandle("ibv_destroy_cq", "CQ");
   if (sim->live_qps > 0) {
@@ -578,7 +577,7 @@ absl::Status SimVerbs::DestroyCq(ibv_cq* cq) {
 
 absl::Status SimVerbs::ReqNotifyCq(ibv_cq* cq, bool solicited_only) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimCq* sim = core.FindCq(cq);
   if (sim == nullptr) return UnknownHandle("ibv_req_notify_cq", "CQ");
   // Arming for "next completion" widens an arm for "next solicited".
@@ -594,7 +593,7 @@ absl::Status SimVerbs::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
   FabricCore& core = fabric_->core();
   int fd = -1;
   {
-    std::lock_guard<std::mutex> lock(core.mu);
+    std::lock_guard<internal::CoreMutex> lock(core.mu);
     SimChannel* sim = core.FindChannel(channel);
     if (sim == nullptr) {
       return UnknownHandle("ibv_get_cq_event", "completion channel");
@@ -610,7 +609,7 @@ absl::Status SimVerbs::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
     if (int error = ReadOneEvent(fd); error != 0) {
       return VerbsError("ibv_get_cq_event", error);
     }
-    std::lock_guard<std::mutex> lock(core.mu);
+    std::lock_guard<internal::CoreMutex> lock(core.mu);
     SimChannel* sim = core.FindChannel(channel);
     if (sim == nullptr) {
       return UnknownHandle("ibv_get_cq_event", "completion channel");
@@ -630,7 +629,7 @@ absl::Status SimVerbs::GetCqEvent(ibv_comp_channel* channel, ibv_cq** cq,
 
 void SimVerbs::AckCqEvents(ibv_cq* cq, unsigned int count) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimCq* sim = core.FindCq(cq);
   if (sim == nullptr) return;
   sim->comp_events_acked += count;
@@ -642,7 +641,7 @@ void SimVerbs::AckCqEvents(ibv_cq* cq, unsigned int count) {
 absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
                                            ibv_qp_init_attr* init_attr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim_pd = core.FindPd(pd);
   if (sim_pd == nullptr) return UnknownHandle("ibv_create_qp", "PD");
   if (init_attr == nullptr) return VerbsError("ibv_create_qp", EINVAL);
@@ -723,8 +722,9 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
 }
 
 absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) return UnknownHandle("ibv_modify_qp", "QP");
   if (attr == nullptr) return VerbsError("ibv_modify_qp", EINVAL);
@@ -808,7 +808,7 @@ absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
 absl::Status SimVerbs::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
                                ibv_qp_init_attr* init_attr) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) return UnknownHandle("ibv_query_qp", "QP");
   if (attr == nullptr || init_attr == nullptr) {
@@ -825,8 +825,9 @@ absl::Status SimVerbs::QueryQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
 }
 
 absl::Status SimVerbs::DestroyQp(ibv_qp* qp) {
+  const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) return UnknownHandle("ibv_destroy_qp", "QP");
   // libibverbs would block until the QP's async events are acknowledged.
@@ -844,8 +845,9 @@ absl::Status SimVerbs::DestroyQp(ibv_qp* qp) {
 
 absl::Status SimVerbs::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                                 ibv_send_wr** bad_wr) {
+  const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) [[unlikely]] {
     if (bad_wr != nullptr) *bad_wr = wr;
@@ -858,8 +860,9 @@ absl::Status SimVerbs::PostSend(ibv_qp* qp, ibv_send_wr* wr,
 
 absl::Status SimVerbs::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                                 ibv_recv_wr** bad_wr) {
+  const NotifyWaitersOnReturn notify(fabric_);
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimQp* sim = core.FindQp(qp);
   if (sim == nullptr) [[unlikely]] {
     if (bad_wr != nullptr) *bad_wr = wr;
@@ -872,7 +875,7 @@ absl::Status SimVerbs::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
 
 absl::StatusOr<int> SimVerbs::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimCq* sim = core.FindCq(cq);
   if (sim == nullptr) [[unlikely]] {
     return UnknownHandle("ibv_poll_cq", "CQ");
@@ -887,7 +890,7 @@ absl::Status SimVerbs::GetAsyncEvent(ibv_context* context,
   FabricCore& core = fabric_->core();
   int fd = -1;
   {
-    std::lock_guard<std::mutex> lock(core.mu);
+    std::lock_guard<internal::CoreMutex> lock(core.mu);
     SimContext* sim = core.FindContext(context);
     if (sim == nullptr) return UnknownHandle("ibv_get_async_event", "context");
     if (event == nullptr) return VerbsError("ibv_get_async_event", EINVAL);
@@ -897,7 +900,7 @@ absl::Status SimVerbs::GetAsyncEvent(ibv_context* context,
     if (int error = ReadOneEvent(fd); error != 0) {
       return VerbsError("ibv_get_async_event", error);
     }
-    std::lock_guard<std::mutex> lock(core.mu);
+    std::lock_guard<internal::CoreMutex> lock(core.mu);
     SimContext* sim = core.FindContext(context);
     if (sim == nullptr) return UnknownHandle("ibv_get_async_event", "context");
     if (sim->async_events.empty()) continue;
@@ -921,8 +924,8 @@ absl::Status SimVerbs::GetAsyncEvent(ibv_context* context,
 void SimVerbs::AckAsyncEvent(ibv_async_event* event) {
   if (event == nullptr) return;
   FabricCore& core = fabric_->core();
-  std::lock_guard<std::mutex> lock(core.mu);
-  if (IsQpEvent(event->event_type)) {
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  if (IsQpAsyncEvent(event->event_type)) {
     if (SimQp* qp = core.FindQp(event->element.qp); qp != nullptr) {
       ++qp->async_events_acked;
       ++qp->verbs.events_completed;

@@ -40,6 +40,9 @@ class SimVerbs final : public Verbs {
 
   Fabric* fabric() const { return fabric_; }
 
+  // The fabric's clock, waits and setup channel (sim/sim_env.h).
+  Env& env() override;
+
   absl::StatusOr<std::vector<std::string>> ListDevices() override;
   absl::StatusOr<ibv_context*> OpenDevice(std::string_view name) override;
   absl::Status CloseDevice(ibv_context* context) override;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sim/profile_names.h"
+#include "verbs_shim/env_thread.h"
 
 namespace rdma_transport {
 
@@ -21,12 +22,12 @@ DialResult Dial(const Context& client, const Context& server,
     return result;
   }
   result.listener = *std::move(listener);
-  auto dialled = std::async(std::launch::async, [&] {
-    return Connect(client, result.listener->address(), options);
-  });
-  result.server = result.listener->Accept(
-      accept_deadline.value_or(DeadlineIn(options.handshake_timeout * 2)));
-  result.client = dialled.get();
+  EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>> dialled = RunInThread(
+      client.env(),
+      [&] { return Connect(client, result.listener->address(), options); });
+  result.server = result.listener->Accept(accept_deadline.value_or(
+      server.env().DeadlineIn(options.handshake_timeout * 2)));
+  result.client = dialled.Get();
   return result;
 }
 

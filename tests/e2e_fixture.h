@@ -49,6 +49,10 @@ class EndToEndTest : public ::testing::Test {
       const ConnectionOptions& options = {});
 
   TestBackend& backend() { return *backend_; }
+  // The backend's clock: virtual on the simulator. Every deadline of the
+  // suite comes from it.
+  Env& env() { return backend_->verbs().env(); }
+  Deadline In(Clock::duration timeout) { return env().DeadlineIn(timeout); }
   Context& client_context() { return *client_context_; }
   Context& server_context() { return *server_context_; }
 

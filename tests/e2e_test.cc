@@ -19,6 +19,7 @@
 #include "transport/handshake.h"
 #include "transport/inline_size.h"
 #include "transport/tcp.h"
+#include "verbs_shim/env_thread.h"
 #include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
@@ -42,16 +43,15 @@ TEST_F(EndToEndTest, ConnectsAndExchangesMessagesBothWays) {
   E2E_ASSERT_OK(pair->client->Send(Bytes("hello server")));
   E2E_ASSERT_OK(pair->server->Send(Bytes("hello client")));
   std::vector<std::byte> buffer(4096);
-  absl::StatusOr<size_t> n =
-      pair->server->Receive(buffer, DeadlineIn(seconds(5)));
+  absl::StatusOr<size_t> n = pair->server->Receive(buffer, In(seconds(5)));
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(Text({buffer.data(), *n}), "hello server");
-  n = pair->client->Receive(buffer, DeadlineIn(seconds(5)));
+  n = pair->client->Receive(buffer, In(seconds(5)));
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(Text({buffer.data(), *n}), "hello client");
   EXPECT_GT(pair->client->usable_inline(), 0u);
-  E2E_ASSERT_OK(pair->client->Close(DeadlineIn(seconds(5))));
-  E2E_ASSERT_OK(pair->server->Close(DeadlineIn(seconds(5))));
+  E2E_ASSERT_OK(pair->client->Close(In(seconds(5))));
+  E2E_ASSERT_OK(pair->server->Close(In(seconds(5))));
 }
 
 // Sends `count` messages of stream `stream` on `connection`.
@@ -61,8 +61,8 @@ absl::Status SendStream(Connection& connection, uint64_t stream, int count) {
     const size_t length =
         MessageLength(stream, seq, connection.max_message_size());
     FillMessage(stream, seq, {buffer.data(), length});
-    absl::Status status =
-        connection.Send({buffer.data(), length}, DeadlineIn(seconds(30)));
+    absl::Status status = connection.Send(
+        {buffer.data(), length}, connection.env().DeadlineIn(seconds(30)));
     if (!status.ok()) return WithContext(status, absl::StrCat("message ", seq));
   }
   return absl::OkStatus();
@@ -74,7 +74,7 @@ absl::Status ReceiveStream(Connection& connection, uint64_t stream, int count,
   std::vector<std::byte> buffer(max_length);
   for (int seq = 0; seq < count; ++seq) {
     absl::StatusOr<size_t> n =
-        connection.Receive(buffer, DeadlineIn(seconds(30)));
+        connection.Receive(buffer, connection.env().DeadlineIn(seconds(30)));
     if (!n.ok()) return WithContext(n.status(), absl::StrCat("message ", seq));
     if (*n != MessageLength(stream, seq, max_length)) {
       return absl::DataLossError(
@@ -97,18 +97,17 @@ TEST_F(EndToEndTest, ManyRandomSizedMessagesBothDirectionsAtOnce) {
   absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
   ASSERT_TRUE(pair.ok()) << pair.status();
   const int count = Scaled(100000);
-  auto client_send = std::async(
-      std::launch::async, [&] { return SendStream(*pair->client, 1, count); });
-  auto server_send = std::async(
-      std::launch::async, [&] { return SendStream(*pair->server, 2, count); });
-  auto client_receive = std::async(std::launch::async, [&] {
-    return ReceiveStream(*pair->client, 2, count, 4096);
-  });
+  auto client_send =
+      RunInThread(env(), [&] { return SendStream(*pair->client, 1, count); });
+  auto server_send =
+      RunInThread(env(), [&] { return SendStream(*pair->server, 2, count); });
+  auto client_receive = RunInThread(
+      env(), [&] { return ReceiveStream(*pair->client, 2, count, 4096); });
   absl::Status server_received = ReceiveStream(*pair->server, 1, count, 4096);
   E2E_ASSERT_OK(server_received);
-  E2E_ASSERT_OK(client_receive.get());
-  E2E_ASSERT_OK(client_send.get());
-  E2E_ASSERT_OK(server_send.get());
+  E2E_ASSERT_OK(client_receive.Get());
+  E2E_ASSERT_OK(client_send.Get());
+  E2E_ASSERT_OK(server_send.Get());
 
   const ConnectionStats client = pair->client->stats();
   const ConnectionStats server = pair->server->stats();
@@ -122,7 +121,7 @@ TEST_F(EndToEndTest, ManyRandomSizedMessagesBothDirectionsAtOnce) {
     EXPECT_EQ(fabric->Counters().rnr_naks, 0u)
         << "flow control let an RNR through";
   }
-  E2E_ASSERT_OK(pair->client->Close(DeadlineIn(seconds(5))));
+  E2E_ASSERT_OK(pair->client->Close(In(seconds(5))));
 }
 
 TEST_F(EndToEndTest, SendsThatFitGoInlineAndOthersDoNot) {
@@ -145,8 +144,7 @@ TEST_F(EndToEndTest, SendsThatFitGoInlineAndOthersDoNot) {
     EXPECT_EQ(pair->client->stats().inline_sends, expected_inline)
         << "after a " << sizes[i] << "-byte send (usable inline " << usable
         << ")";
-    absl::StatusOr<size_t> n =
-        pair->server->Receive(buffer, DeadlineIn(seconds(5)));
+    absl::StatusOr<size_t> n = pair->server->Receive(buffer, In(seconds(5)));
     ASSERT_TRUE(n.ok()) << n.status();
     ASSERT_EQ(*n, sizes[i]);
     EXPECT_EQ(CheckMessage(7, i, {buffer.data(), *n}), "");
@@ -172,20 +170,18 @@ TEST_F(EndToEndTest, FlowControlHoldsTheSenderWhileTheReceiverIsSlow) {
   int sent = 0;
   while (sent < 100) {
     FillMessage(3, sent, message);
-    absl::Status status =
-        pair->client->Send(message, DeadlineIn(milliseconds(50)));
+    absl::Status status = pair->client->Send(message, In(milliseconds(50)));
     if (absl::IsDeadlineExceeded(status)) break;
     E2E_ASSERT_OK(status);
     ++sent;
   }
-  EXPECT_EQ(sent, 7);
+  EXPECT_EQ(sent, 6);  // 8 credits less the two kept in reserve
   // A slow receiver: the sender keeps going as credits come back.
   const int total = Scaled(2000);
-  auto sender = std::async(std::launch::async, [&] {
+  auto sender = RunInThread(env(), [&] {
     for (int seq = sent; seq < total; ++seq) {
       FillMessage(3, seq, message);
-      absl::Status status =
-          pair->client->Send(message, DeadlineIn(seconds(30)));
+      absl::Status status = pair->client->Send(message, In(seconds(30)));
       if (!status.ok()) return status;
     }
     return absl::OkStatus();
@@ -193,12 +189,11 @@ TEST_F(EndToEndTest, FlowControlHoldsTheSenderWhileTheReceiverIsSlow) {
   std::vector<std::byte> buffer(64);
   for (int seq = 0; seq < total; ++seq) {
     if (seq % 16 == 0) std::this_thread::yield();
-    absl::StatusOr<size_t> n =
-        pair->server->Receive(buffer, DeadlineIn(seconds(30)));
+    absl::StatusOr<size_t> n = pair->server->Receive(buffer, In(seconds(30)));
     ASSERT_TRUE(n.ok()) << "message " << seq << ": " << n.status();
     ASSERT_EQ(CheckMessage(3, seq, {buffer.data(), *n}), "");
   }
-  E2E_ASSERT_OK(sender.get());
+  E2E_ASSERT_OK(sender.Get());
   EXPECT_GT(pair->server->stats().credit_messages_sent, 0u);
   if (sim::Fabric* fabric = backend().fabric()) {
     EXPECT_EQ(fabric->Counters().rnr_naks, 0u);
@@ -220,7 +215,7 @@ TEST_F(EndToEndTest, MessageLargerThanTheSlotIsRefusedAndNothingIsLost) {
   absl::StatusOr<size_t> n = pair->server->Receive(small);
   EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
   std::vector<std::byte> buffer(1024);
-  n = pair->server->Receive(buffer, DeadlineIn(seconds(5)));
+  n = pair->server->Receive(buffer, In(seconds(5)));
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(Text({buffer.data(), *n}), "after");
 }
@@ -306,7 +301,7 @@ TEST_F(EndToEndTest, RemoteRangesAreCheckedBeforePosting) {
             absl::StatusCode::kOutOfRange);
   // Nothing was posted: the connection is still fine.
   E2E_ASSERT_OK(pair->client->status());
-  E2E_ASSERT_OK(pair->client->Check(DeadlineIn(seconds(5))));
+  E2E_ASSERT_OK(pair->client->Check(In(seconds(5))));
   // A region registered without remote access hands out no descriptor.
   auto private_region = MakeRegion(server_context(), 4096, kLocalWrite);
   ASSERT_TRUE(private_region.ok());
@@ -341,23 +336,23 @@ TEST_F(EndToEndTest, ManyConcurrentConnections) {
   absl::StatusOr<std::unique_ptr<Listener>> listener =
       Listener::Create(server_context(), ListenAddress(), options);
   ASSERT_TRUE(listener.ok()) << listener.status();
-  std::vector<std::future<absl::StatusOr<std::unique_ptr<Connection>>>> dials;
+  std::vector<EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>>> dials;
   for (int i = 0; i < connections; ++i) {
-    dials.push_back(std::async(std::launch::async, [&] {
+    dials.push_back(RunInThread(env(), [&] {
       return Connect(client_context(), (*listener)->address(), options);
     }));
   }
   std::vector<std::unique_ptr<Connection>> servers;
   for (int i = 0; i < connections; ++i) {
     absl::StatusOr<std::unique_ptr<Connection>> accepted =
-        (*listener)->Accept(DeadlineIn(seconds(30)));
+        (*listener)->Accept(In(seconds(30)));
     ASSERT_TRUE(accepted.ok())
         << "connection " << i << ": " << accepted.status();
     servers.push_back(*std::move(accepted));
   }
   std::vector<std::unique_ptr<Connection>> clients;
   for (auto& dial : dials) {
-    absl::StatusOr<std::unique_ptr<Connection>> connected = dial.get();
+    absl::StatusOr<std::unique_ptr<Connection>> connected = dial.Get();
     ASSERT_TRUE(connected.ok()) << connected.status();
     clients.push_back(*std::move(connected));
   }
@@ -366,19 +361,18 @@ TEST_F(EndToEndTest, ManyConcurrentConnections) {
   // its own: stream ids are unique, so a server finds its client's stream
   // from the first message.
   const int rounds = Scaled(20);
-  std::vector<std::future<absl::Status>> talks;
+  std::vector<EnvFuture<absl::Status>> talks;
   for (int i = 0; i < connections; ++i) {
-    talks.push_back(std::async(std::launch::async, [&, i] {
-      return SendStream(*clients[i], 100 + i, rounds);
-    }));
+    talks.push_back(RunInThread(
+        env(), [&, i] { return SendStream(*clients[i], 100 + i, rounds); }));
   }
-  std::vector<std::future<absl::Status>> listens;
+  std::vector<EnvFuture<absl::Status>> listens;
   for (int s = 0; s < connections; ++s) {
-    listens.push_back(std::async(std::launch::async, [&, s]() -> absl::Status {
+    listens.push_back(RunInThread(env(), [&, s]() -> absl::Status {
       Connection& server = *servers[s];
       std::vector<std::byte> buffer(1024);
       absl::StatusOr<size_t> n =
-          server.Receive(buffer, DeadlineIn(seconds(30)));
+          server.Receive(buffer, server.env().DeadlineIn(seconds(30)));
       if (!n.ok()) return n.status();
       int stream = -1;
       for (int i = 0; i < connections && stream < 0; ++i) {
@@ -391,7 +385,7 @@ TEST_F(EndToEndTest, ManyConcurrentConnections) {
         return absl::DataLossError("a server received a message of no client");
       }
       for (int seq = 1; seq < rounds; ++seq) {
-        n = server.Receive(buffer, DeadlineIn(seconds(30)));
+        n = server.Receive(buffer, server.env().DeadlineIn(seconds(30)));
         if (!n.ok()) return n.status();
         if (std::string diff = CheckMessage(stream, seq, {buffer.data(), *n});
             !diff.empty()) {
@@ -401,10 +395,10 @@ TEST_F(EndToEndTest, ManyConcurrentConnections) {
       return absl::OkStatus();
     }));
   }
-  for (auto& talk : talks) E2E_ASSERT_OK(talk.get());
+  for (auto& talk : talks) E2E_ASSERT_OK(talk.Get());
   int verified = 0;
   for (auto& listen : listens) {
-    E2E_ASSERT_OK(listen.get());
+    E2E_ASSERT_OK(listen.Get());
     ++verified;
   }
   EXPECT_EQ(verified, connections);
@@ -450,31 +444,37 @@ TEST_F(EndToEndTest, DefaultTrafficClassIsZeroInTheQp) {
 // Runs a listener's Accept loop on a thread until one real connection.
 class AcceptInBackground {
  public:
-  explicit AcceptInBackground(Listener& listener)
-      : accepted_(std::async(std::launch::async, [&listener] {
-          return listener.Accept(DeadlineIn(seconds(20)));
+  AcceptInBackground(Env& env, Listener& listener)
+      : accepted_(RunInThread(env, [&env, &listener] {
+          return listener.Accept(env.DeadlineIn(seconds(20)));
         })) {}
-  absl::StatusOr<std::unique_ptr<Connection>> Get() { return accepted_.get(); }
+  absl::StatusOr<std::unique_ptr<Connection>> Get() { return accepted_.Get(); }
 
  private:
-  std::future<absl::StatusOr<std::unique_ptr<Connection>>> accepted_;
+  EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>> accepted_;
 };
 
 // Sends raw bytes to `address` and returns what the server answers, decoded.
-absl::StatusOr<HandshakeMessage> RawHandshake(const std::string& address,
+absl::StatusOr<Socket> Dial(Env& env, const std::string& address) {
+  absl::StatusOr<SetupStream> stream =
+      SetupNetworkOf(env).Connect(env, address, env.DeadlineIn(seconds(5)));
+  if (!stream.ok()) return stream.status();
+  return Socket(stream->fd);
+}
+
+absl::StatusOr<HandshakeMessage> RawHandshake(Env& env,
+                                              const std::string& address,
                                               std::vector<uint8_t> bytes) {
-  absl::StatusOr<SocketAddress> resolved = ResolveTcpAddress(address);
-  if (!resolved.ok()) return resolved.status();
-  absl::StatusOr<Socket> socket = TcpConnect(*resolved, DeadlineIn(seconds(5)));
+  absl::StatusOr<Socket> socket = Dial(env, address);
   if (!socket.ok()) return socket.status();
   if (absl::Status status =
-          WriteAll(socket->fd(), bytes, DeadlineIn(seconds(5)));
+          WriteAll(env, socket->fd(), bytes, env.DeadlineIn(seconds(5)));
       !status.ok()) {
     return status;
   }
   uint8_t header[kHandshakeHeaderSize];
   if (absl::Status status =
-          ReadExact(socket->fd(), header, DeadlineIn(seconds(5)));
+          ReadExact(env, socket->fd(), header, env.DeadlineIn(seconds(5)));
       !status.ok()) {
     return status;
   }
@@ -482,7 +482,7 @@ absl::StatusOr<HandshakeMessage> RawHandshake(const std::string& address,
   if (!decoded.ok()) return decoded.status();
   std::vector<uint8_t> body(decoded->body_length);
   if (absl::Status status =
-          ReadExact(socket->fd(), body, DeadlineIn(seconds(5)));
+          ReadExact(env, socket->fd(), body, env.DeadlineIn(seconds(5)));
       !status.ok()) {
     return status;
   }
@@ -514,7 +514,7 @@ TEST_F(EndToEndTest, HandshakesFromStrangersAreRejectedAndServingGoesOn) {
       Listener::Create(server_context(), ListenAddress(), options);
   ASSERT_TRUE(listener.ok()) << listener.status();
   const std::string address = (*listener)->address();
-  AcceptInBackground accept(**listener);
+  AcceptInBackground accept(env(), **listener);
 
   struct Case {
     const char* what;
@@ -524,14 +524,17 @@ TEST_F(EndToEndTest, HandshakesFromStrangersAreRejectedAndServingGoesOn) {
   std::string http = "GET / HTTP/1.1\r\n";
   const std::vector<Case> cases = {
       {"wrong magic", std::vector<uint8_t>(http.begin(), http.end()), "magic"},
-      {"wrong version", Header(kHandshakeMagic, 2, 1, 0), "version"},
-      {"1 GiB length prefix", Header(kHandshakeMagic, 1, 1, 1u << 30),
+      {"wrong version", Header(kHandshakeMagic, kHandshakeVersion + 1, 1, 0),
+       "version"},
+      {"1 GiB length prefix",
+       Header(kHandshakeMagic, kHandshakeVersion, 1, 1u << 30),
        "exceeds the maximum"},
-      {"READY before HELLO", Header(kHandshakeMagic, 1, 3, 0),
+      {"READY before HELLO", Header(kHandshakeMagic, kHandshakeVersion, 3, 0),
        "expected HELLO"},
   };
   for (const Case& c : cases) {
-    absl::StatusOr<HandshakeMessage> reply = RawHandshake(address, c.bytes);
+    absl::StatusOr<HandshakeMessage> reply =
+        RawHandshake(env(), address, c.bytes);
     ASSERT_TRUE(reply.ok()) << c.what << ": " << reply.status();
     EXPECT_EQ(reply->type, HandshakeType::kReject) << c.what;
     EXPECT_THAT(reply->reason, HasSubstr(c.reason)) << c.what;
@@ -539,12 +542,10 @@ TEST_F(EndToEndTest, HandshakesFromStrangersAreRejectedAndServingGoesOn) {
 
   // One byte, then silence: dropped after handshake_timeout, while others
   // are served meanwhile.
-  absl::StatusOr<SocketAddress> resolved = ResolveTcpAddress(address);
-  ASSERT_TRUE(resolved.ok());
-  absl::StatusOr<Socket> silent = TcpConnect(*resolved, DeadlineIn(seconds(5)));
+  absl::StatusOr<Socket> silent = Dial(env(), address);
   ASSERT_TRUE(silent.ok());
   const uint8_t one_byte = 0x52;
-  E2E_ASSERT_OK(WriteAll(silent->fd(), {&one_byte, 1}, DeadlineIn(seconds(1))));
+  E2E_ASSERT_OK(WriteAll(env(), silent->fd(), {&one_byte, 1}, In(seconds(1))));
 
   // A client with the wrong token is told so.
   ConnectionOptions wrong = options;
@@ -563,13 +564,13 @@ TEST_F(EndToEndTest, HandshakesFromStrangersAreRejectedAndServingGoesOn) {
   ASSERT_TRUE(server.ok()) << server.status();
   E2E_ASSERT_OK((*client)->Send(Bytes("through")));
   std::vector<std::byte> buffer(64);
-  absl::StatusOr<size_t> n = (*server)->Receive(buffer, DeadlineIn(seconds(5)));
+  absl::StatusOr<size_t> n = (*server)->Receive(buffer, In(seconds(5)));
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(Text({buffer.data(), *n}), "through");
 
   // The silent one times out on a later Accept.
   absl::StatusOr<std::unique_ptr<Connection>> none =
-      (*listener)->Accept(DeadlineIn(seconds(1)));
+      (*listener)->Accept(In(seconds(1)));
   EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded);
   const ListenerStats stats = (*listener)->stats();
   EXPECT_EQ(stats.rejected, cases.size() + 1);  // + the wrong token
@@ -584,7 +585,7 @@ TEST_F(EndToEndTest, DeadlinesExpireInsteadOfHanging) {
   ASSERT_TRUE(pair.ok()) << pair.status();
   std::vector<std::byte> buffer(64);
   absl::StatusOr<size_t> n =
-      pair->client->Receive(buffer, DeadlineIn(milliseconds(50)));
+      pair->client->Receive(buffer, In(milliseconds(50)));
   EXPECT_EQ(n.status().code(), absl::StatusCode::kDeadlineExceeded);
   E2E_ASSERT_OK(pair->client->status());
 
@@ -593,12 +594,12 @@ TEST_F(EndToEndTest, DeadlinesExpireInsteadOfHanging) {
   absl::StatusOr<std::unique_ptr<Listener>> deaf =
       Listener::Create(server_context(), ListenAddress(), options);
   ASSERT_TRUE(deaf.ok());
-  const Clock::time_point start = Clock::now();
+  const Deadline start = env().Now();
   absl::StatusOr<std::unique_ptr<Connection>> connected =
       Connect(client_context(), (*deaf)->address(), options);
   EXPECT_EQ(connected.status().code(), absl::StatusCode::kDeadlineExceeded)
       << connected.status();
-  EXPECT_LT(Clock::now() - start, seconds(5));
+  EXPECT_LT(env().Now() - start, seconds(5));
 }
 
 TEST_F(EndToEndTest, PeerDeathMidTransferIsUnavailableEverywhere) {
@@ -612,19 +613,18 @@ TEST_F(EndToEndTest, PeerDeathMidTransferIsUnavailableEverywhere) {
   // budget, never hang.
   absl::Status status;
   std::vector<std::byte> message(2048);
-  const Clock::time_point start = Clock::now();
+  const Deadline start = env().Now();
   for (int i = 0; i < 1000 && status.ok(); ++i) {
-    status = pair->client->Send(message, DeadlineIn(seconds(10)));
-    if (status.ok()) status = pair->client->Check(DeadlineIn(seconds(10)));
+    status = pair->client->Send(message, In(seconds(10)));
+    if (status.ok()) status = pair->client->Check(In(seconds(10)));
   }
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
-  EXPECT_LT(Clock::now() - start, seconds(20));
+  EXPECT_LT(env().Now() - start, seconds(20));
   // Every later call reports the same.
   EXPECT_EQ(pair->client->Send(message).code(), absl::StatusCode::kUnavailable);
   std::vector<std::byte> buffer(64);
-  EXPECT_EQ(
-      pair->client->Receive(buffer, DeadlineIn(seconds(1))).status().code(),
-      absl::StatusCode::kUnavailable);
+  EXPECT_EQ(pair->client->Receive(buffer, In(seconds(1))).status().code(),
+            absl::StatusCode::kUnavailable);
   EXPECT_EQ(pair->client->Check().code(), absl::StatusCode::kUnavailable);
 }
 
@@ -635,8 +635,7 @@ TEST_F(EndToEndTest, IdleReceiveNoticesAVanishedPeer) {
   ASSERT_TRUE(pair.ok()) << pair.status();
   E2E_ASSERT_OK(backend().KillPeer(*pair->server));
   std::vector<std::byte> buffer(64);
-  absl::StatusOr<size_t> n =
-      pair->client->Receive(buffer, DeadlineIn(seconds(20)));
+  absl::StatusOr<size_t> n = pair->client->Receive(buffer, In(seconds(20)));
   EXPECT_EQ(n.status().code(), absl::StatusCode::kUnavailable) << n.status();
   EXPECT_GT(pair->client->stats().keepalives, 0u);
 }
@@ -647,24 +646,24 @@ TEST_F(EndToEndTest, GracefulCloseUnderLoadDeliversEverythingSentBefore) {
   absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
   ASSERT_TRUE(pair.ok()) << pair.status();
   const int count = Scaled(5000);
-  auto receiver = std::async(std::launch::async, [&]() -> absl::Status {
+  auto receiver = RunInThread(env(), [&]() -> absl::Status {
     if (absl::Status status = ReceiveStream(*pair->server, 9, count, 4096);
         !status.ok()) {
       return status;
     }
     std::vector<std::byte> buffer(4096);
     absl::StatusOr<size_t> after =
-        pair->server->Receive(buffer, DeadlineIn(seconds(30)));
+        pair->server->Receive(buffer, In(seconds(30)));
     if (after.ok()) return absl::InternalError("a message after the close");
     if (!absl::IsUnavailable(after.status())) return after.status();
     return absl::OkStatus();
   });
   E2E_ASSERT_OK(SendStream(*pair->client, 9, count));
-  E2E_ASSERT_OK(pair->client->Close(DeadlineIn(seconds(30))));
-  E2E_ASSERT_OK(receiver.get());
+  E2E_ASSERT_OK(pair->client->Close(In(seconds(30))));
+  E2E_ASSERT_OK(receiver.Get());
   EXPECT_EQ(pair->client->Send(Bytes("late")).code(),
             absl::StatusCode::kFailedPrecondition);
-  E2E_ASSERT_OK(pair->server->Close(DeadlineIn(seconds(5))));
+  E2E_ASSERT_OK(pair->server->Close(In(seconds(5))));
 }
 
 TEST_F(EndToEndTest, EventModeWorksAndItsFdIsPollable) {
@@ -676,11 +675,11 @@ TEST_F(EndToEndTest, EventModeWorksAndItsFdIsPollable) {
   std::vector<std::byte> buffer(4096);
   // Blocking receives in event mode, both ways.
   const int rounds = Scaled(500);
-  auto echo = std::async(std::launch::async, [&]() -> absl::Status {
+  auto echo = RunInThread(env(), [&]() -> absl::Status {
     std::vector<std::byte> echo_buffer(4096);
     for (int i = 0; i < rounds; ++i) {
       absl::StatusOr<size_t> n =
-          pair->server->Receive(echo_buffer, DeadlineIn(seconds(30)));
+          pair->server->Receive(echo_buffer, In(seconds(30)));
       if (!n.ok()) return n.status();
       if (absl::Status status = pair->server->Send({echo_buffer.data(), *n});
           !status.ok()) {
@@ -694,12 +693,11 @@ TEST_F(EndToEndTest, EventModeWorksAndItsFdIsPollable) {
     std::vector<std::byte> message(length);
     FillMessage(21, i, message);
     E2E_ASSERT_OK(pair->client->Send(message));
-    absl::StatusOr<size_t> n =
-        pair->client->Receive(buffer, DeadlineIn(seconds(30)));
+    absl::StatusOr<size_t> n = pair->client->Receive(buffer, In(seconds(30)));
     ASSERT_TRUE(n.ok()) << n.status();
     ASSERT_EQ(CheckMessage(21, i, {buffer.data(), *n}), "");
   }
-  E2E_ASSERT_OK(echo.get());
+  E2E_ASSERT_OK(echo.Get());
 
   // The caller's own poll(2) on the fd: nothing pending -> not readable
   // after a Receive that found nothing; a message makes it readable.

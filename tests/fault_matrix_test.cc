@@ -8,8 +8,10 @@
 // Runs on the simulator, whose FaultInjector and a hooking VerbsWrapper
 // provide the faults.
 #include <cerrno>
+#include <cstdio>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "tests/e2e_fixture.h"
 #include "transport/connection.h"
 #include "transport/listener.h"
+#include "verbs_shim/env_thread.h"
 #include "verbs_shim/verbs_error.h"
 #include "verbs_shim/verbs_names.h"
 #include "verbs_shim/verbs_wrapper.h"
@@ -80,16 +83,42 @@ class FaultMatrixTest : public ::testing::Test {
     listener_.reset();
     contexts_.clear();
     EXPECT_EQ(LeakReportText(fabric_), "") << "verbs objects leaked";
+    ExpectSameTraceAsLastRun();
+  }
+
+  // Every case is deterministic: run twice (the BUILD target passes
+  // --gtest_repeat=2), it must make the fabric run the same events, in the
+  // same order, at the same virtual times, with the same outcomes.
+  void ExpectSameTraceAsLastRun() {
+    static std::map<std::string, uint64_t>* digests =
+        new std::map<std::string, uint64_t>();
+    const ::testing::TestInfo* test =
+        ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string name =
+        std::string(test->test_suite_name()) + "." + test->name();
+    const uint64_t digest = fabric_.TraceDigest();
+    std::printf("trace digest %016llx (%llu events) %s\n",
+                static_cast<unsigned long long>(digest),
+                static_cast<unsigned long long>(fabric_.EventsRun()),
+                name.c_str());
+    auto [it, first] = digests->emplace(name, digest);
+    if (!first) {
+      EXPECT_EQ(it->second, digest)
+          << name << ": the fabric's event trace differs from the last run";
+    }
   }
 
   Context& client_context() { return *contexts_[0]; }
   Context& server_context() { return *contexts_[1]; }
   const std::string& server_device() { return devices_[1]; }
+  // Every deadline is on the fabric's virtual clock.
+  Env& env() { return fabric_.env(); }
+  Deadline In(Clock::duration timeout) { return env().DeadlineIn(timeout); }
 
   // Connects client_ and server_; returns (client status, server status).
   std::pair<absl::Status, absl::Status> TryConnect() {
     DialResult dial = Dial(client_context(), server_context(), options_,
-                           "127.0.0.1:0", DeadlineIn(seconds(3)));
+                           "127.0.0.1:0", In(seconds(3)));
     listener_ = std::move(dial.listener);
     if (dial.client.ok()) client_ = *std::move(dial.client);
     if (dial.server.ok()) server_ = *std::move(dial.server);
@@ -108,7 +137,7 @@ class FaultMatrixTest : public ::testing::Test {
     std::vector<std::byte> message(size);
     for (int seq = 0; seq < count; ++seq) {
       FillMessage(1, seq, message);
-      absl::Status status = client_->Send(message, DeadlineIn(seconds(5)));
+      absl::Status status = client_->Send(message, In(seconds(5)));
       if (!status.ok()) return {seq, status};
     }
     return {count, absl::OkStatus()};
@@ -122,7 +151,7 @@ class FaultMatrixTest : public ::testing::Test {
     std::vector<std::byte> buffer(4096);
     int received = 0;
     while (true) {
-      absl::StatusOr<size_t> n = server_->Receive(buffer, DeadlineIn(idle));
+      absl::StatusOr<size_t> n = server_->Receive(buffer, In(idle));
       if (!n.ok()) return {received, n.status()};
       EXPECT_EQ(*n, size) << "message " << received;
       EXPECT_EQ(CheckMessage(1, received, {buffer.data(), *n}), "")
@@ -199,16 +228,15 @@ TEST_F(FaultMatrixTest, ModifyQpFailureAtRtrIsReportedWithTheTransition) {
   fabric_.faults().FailModifyQp(IBV_QPS_INIT, IBV_QPS_RTR, ETIMEDOUT, 1,
                                 devices_[0]);
   listener_ = *Listener::Create(server_context(), "127.0.0.1:0", options_);
-  auto accept = std::async(std::launch::async, [&] {
-    return listener_->Accept(DeadlineIn(seconds(2)));
-  });
+  auto accept =
+      RunInThread(env(), [&] { return listener_->Accept(In(seconds(2))); });
   absl::StatusOr<std::unique_ptr<Connection>> client =
       Connect(client_context(), listener_->address(), options_);
   EXPECT_EQ(client.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(client.status().message(), HasSubstr("INIT->RTR"));
   EXPECT_EQ(VerbsErrno(client.status()), ETIMEDOUT);
   // The server never got READY: it gives the half-made connection up.
-  EXPECT_FALSE(accept.get().ok());
+  EXPECT_FALSE(accept.Get().ok());
 }
 
 TEST_F(FaultMatrixTest, CqOverflowFailsTheConnectionNeverDropsSilently) {
@@ -249,14 +277,14 @@ TEST_P(CompletionErrorTest, MapsToAStatusNamingOpcodeStatusAndConnection) {
           .FailCompletions(sim::FaultTarget::Qp(qp_num), GetParam().status)
           .ok());
   // The next signalled request fails; every later call says the same.
-  absl::Status status = client_->Check(DeadlineIn(seconds(5)));
+  absl::Status status = client_->Check(In(seconds(5)));
   EXPECT_EQ(status.code(), GetParam().code) << status;
   EXPECT_THAT(status.message(), HasSubstr(WcStatusName(GetParam().status)));
   EXPECT_THAT(status.message(), HasSubstr(client_->name()));
   EXPECT_THAT(status.message(), HasSubstr("RDMA_WRITE"));
   EXPECT_EQ(client_->Send(std::as_bytes(std::span("x", 1))), status);
   std::vector<std::byte> buffer(64);
-  EXPECT_EQ(client_->Receive(buffer, DeadlineIn(seconds(1))).status(), status);
+  EXPECT_EQ(client_->Receive(buffer, In(seconds(1))).status(), status);
   // What had been sent before arrived, once, intact.
   auto [received, end] = ReceiveAll();
   EXPECT_EQ(received, 5);
@@ -287,11 +315,11 @@ TEST_F(FaultMatrixTest, RnrNeverHappensUnderFlowControl) {
   ASSERT_NO_FATAL_FAILURE(ConnectOrDie());
   // The receiver takes nothing: the sender stops at the credits it has.
   auto [sent, status] = SendUpTo(10, 64);
-  EXPECT_EQ(sent, 3);
+  EXPECT_EQ(sent, 2);  // 4 credits less the two kept in reserve
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(fabric_.Counters().rnr_naks, 0u);
   auto [received, end] = ReceiveAll(64);
-  EXPECT_EQ(received, 3);
+  EXPECT_EQ(received, 2);
 }
 
 // --- The peer dies
@@ -320,7 +348,7 @@ TEST_F(FaultMatrixTest, PeerKilledDuringTheHandshake) {
   // Either side may notice first; nothing hangs, and whatever connected
   // fails at its first use.
   if (client.ok()) {
-    EXPECT_EQ(client_->Check(DeadlineIn(seconds(5))).code(),
+    EXPECT_EQ(client_->Check(In(seconds(5))).code(),
               absl::StatusCode::kUnavailable);
   } else {
     EXPECT_THAT(client.code(), AnyOf(absl::StatusCode::kFailedPrecondition,
@@ -336,7 +364,7 @@ TEST_F(FaultMatrixTest, PeerKilledAfterTheHandshake) {
   auto [received, end] = ReceiveAll();
   EXPECT_EQ(received, 10);
   ASSERT_TRUE(fabric_.faults().KillDevice(server_device()).ok());
-  absl::Status status = client_->Check(DeadlineIn(seconds(5)));
+  absl::Status status = client_->Check(In(seconds(5)));
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_THAT(status.message(), HasSubstr("IBV_WC_RETRY_EXC_ERR"));
   EXPECT_EQ(client_->Send(std::as_bytes(std::span("x", 1))).code(),
@@ -395,7 +423,7 @@ TEST_F(FaultMatrixTest, CloseWhileSendsAreInFlightDeliversThemAll) {
   auto [sent, ok] = SendUpTo(60);
   ASSERT_TRUE(ok.ok()) << ok;
   // Close at once, with sends still queued behind unsignalled completions.
-  ASSERT_TRUE(client_->Close(DeadlineIn(seconds(5))).ok());
+  ASSERT_TRUE(client_->Close(In(seconds(5))).ok());
   auto [received, end] = ReceiveAll();
   EXPECT_EQ(received, 60) << end;
   EXPECT_EQ(end.code(), absl::StatusCode::kUnavailable) << end;
@@ -405,20 +433,18 @@ TEST_F(FaultMatrixTest, CloseWhileSendsAreInFlightDeliversThemAll) {
 TEST_F(FaultMatrixTest, CloseWhileTheOtherThreadWaitsInReceive) {
   options_.progress = ProgressMode::kEvent;
   ASSERT_NO_FATAL_FAILURE(ConnectOrDie());
-  auto waiting = std::async(std::launch::async, [&] {
+  auto waiting = RunInThread(env(), [&] {
     std::vector<std::byte> buffer(64);
-    return client_->Receive(buffer, DeadlineIn(seconds(30))).status();
+    return client_->Receive(buffer, In(seconds(30))).status();
   });
-  // Let the receiver block, then close underneath it.
-  const Deadline give_up = DeadlineIn(seconds(5));
-  while (waiting.wait_for(milliseconds(20)) != std::future_status::ready &&
-         Clock::now() < give_up) {
-    if (client_->stats().messages_received == 0) break;
-  }
-  ASSERT_TRUE(client_->Close(DeadlineIn(seconds(5))).ok());
-  ASSERT_EQ(waiting.wait_for(seconds(5)), std::future_status::ready)
-      << "Receive kept waiting on a closed connection";
-  EXPECT_EQ(waiting.get().code(), absl::StatusCode::kFailedPrecondition);
+  // Let the receiver block (virtual time moves only once it waits), then
+  // close underneath it; a Receive that kept waiting would end only at its
+  // 30 s deadline, with kDeadlineExceeded.
+  env().SleepUntil(In(milliseconds(10)));
+  const Deadline closed_at = env().Now();
+  ASSERT_TRUE(client_->Close(In(seconds(5))).ok());
+  EXPECT_EQ(waiting.Get().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_LT(env().Now() - closed_at, seconds(1));
 }
 
 }  // namespace

@@ -235,7 +235,11 @@ absl::StatusOr<std::unique_ptr<BenchBackend>> BenchBackend::Open(
     absl::StatusOr<sim::DeviceProfile> profile =
         sim::ProfileByName(flags.profile);
     if (!profile.ok()) return profile.status();
-    backend->fabric_ = std::make_unique<sim::Fabric>();
+    // The tools measure real time with threads of their own: the transport
+    // runs on the wall clock here (sim/sim_env.h), the wire on the sim's.
+    sim::FabricOptions fabric_options;
+    fabric_options.clock = sim::ClockMode::kWallClock;
+    backend->fabric_ = std::make_unique<sim::Fabric>(fabric_options);
     for (const char* address : {"10.0.0.1", "10.0.0.2"}) {
       absl::StatusOr<std::string> name =
           backend->fabric_->AddDevice(*profile, std::nullopt, address);

@@ -25,6 +25,7 @@
 #include "transport/connection.h"
 #include "transport/context.h"
 #include "transport/listener.h"
+#include "verbs_shim/env_thread.h"
 #include "verbs_shim/verbs_names.h"
 
 namespace rdma_transport {
@@ -48,6 +49,8 @@ int RunDemo() {
 
   sim::Fabric fabric;
   sim::SimVerbs verbs(&fabric);
+  // The transport's clock is the fabric's (virtual): deadlines come from it.
+  Env& env = fabric.env();
   const sim::DeviceProfile profile = sim::ConnectX7();
   absl::StatusOr<std::string> client_device =
       fabric.AddDevice(profile, std::nullopt, "10.0.0.1");
@@ -77,12 +80,12 @@ int RunDemo() {
   if (!listener.ok()) return Fail("listening", listener.status());
   std::printf("server         listening on %s (TCP handshake)\n",
               (*listener)->address().c_str());
-  auto dial = std::async(std::launch::async, [&] {
+  auto dial = RunInThread(env, [&] {
     return Connect(**client_context, (*listener)->address(), options);
   });
   absl::StatusOr<std::unique_ptr<Connection>> server =
-      (*listener)->Accept(DeadlineIn(seconds(10)));
-  absl::StatusOr<std::unique_ptr<Connection>> client = dial.get();
+      (*listener)->Accept(env.DeadlineIn(seconds(10)));
+  absl::StatusOr<std::unique_ptr<Connection>> client = dial.Get();
   if (!client.ok()) return Fail("connecting", client.status());
   if (!server.ok()) return Fail("accepting", server.status());
   std::printf("connected      QP %u <-> QP %u, RC, in RTS\n",
@@ -125,7 +128,7 @@ int RunDemo() {
       return Fail("sending", status);
     }
     absl::StatusOr<size_t> n =
-        (*server)->Receive(received, DeadlineIn(seconds(5)));
+        (*server)->Receive(received, env.DeadlineIn(seconds(5)));
     if (!n.ok()) return Fail("receiving", n.status());
     if (*n != length ||
         std::memcmp(received.data(), message.data(), length) != 0) {
@@ -175,11 +178,11 @@ int RunDemo() {
   std::vector<double> samples;
   samples.reserve(kIterations);
   std::vector<std::byte> ping(64);
-  auto echo = std::async(std::launch::async, [&]() -> absl::Status {
+  auto echo = RunInThread(env, [&]() -> absl::Status {
     std::vector<std::byte> buffer(64);
     for (int i = 0; i < kIterations; ++i) {
       absl::StatusOr<size_t> n =
-          (*server)->Receive(buffer, DeadlineIn(seconds(5)));
+          (*server)->Receive(buffer, env.DeadlineIn(seconds(5)));
       if (!n.ok()) return n.status();
       if (absl::Status status = (*server)->Send({buffer.data(), *n});
           !status.ok()) {
@@ -194,14 +197,14 @@ int RunDemo() {
       return Fail("ping", status);
     }
     absl::StatusOr<size_t> n =
-        (*client)->Receive(received, DeadlineIn(seconds(5)));
+        (*client)->Receive(received, env.DeadlineIn(seconds(5)));
     if (!n.ok()) return Fail("pong", n.status());
     samples.push_back(
         std::chrono::duration<double, std::micro>(Clock::now() - start)
             .count() /
         2);
   }
-  if (absl::Status status = echo.get(); !status.ok())
+  if (absl::Status status = echo.Get(); !status.ok())
     return Fail("echo", status);
   const LatencySummary summary = Summarize(samples);
   std::printf(
@@ -211,11 +214,11 @@ int RunDemo() {
       "simulator's software path, not a wire)\n",
       kIterations, summary.t_min_us, summary.t_typical_us, summary.p99_us);
 
-  if (absl::Status status = (*client)->Close(DeadlineIn(seconds(5)));
+  if (absl::Status status = (*client)->Close(env.DeadlineIn(seconds(5)));
       !status.ok()) {
     return Fail("closing", status);
   }
-  if (absl::Status status = (*server)->Close(DeadlineIn(seconds(5)));
+  if (absl::Status status = (*server)->Close(env.DeadlineIn(seconds(5)));
       !status.ok()) {
     return Fail("closing", status);
   }

@@ -3,7 +3,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +33,37 @@ constexpr auto kFollowerWait = std::chrono::milliseconds(50);
 // turns (each turn polls the CQ once).
 constexpr uint32_t kSpinTurns = 64;
 constexpr uint64_t kNotWatching = ~uint64_t{0};
+// What Close() writes on the setup stream before closing it: a peer that
+// reads EOF without it knows this process is gone.
+constexpr uint8_t kGoodbyeByte = 'G';
+constexpr size_t kProbeSlotSize = 64;
+// Pieces of a Write()/Read() op when the watchdog is armed, so that every
+// completion the watchdog waits for moves at most this much.
+constexpr uint64_t kWatchdogPieceBytes = 1 << 20;
+// Soft-RoCE: at most this much RDMA in flight per connection. Its responder
+// sends READ responses as fast as it can produce them; on a loaded host the
+// veth queue overflows ("rdma_rxe: Failed sending ACK") and Linux 6.1's rxe
+// then stalls the READ for good (no completion, no error: measured in the
+// VM with every host core busy, 3 of 3 runs of a 16 MiB READ). 256 KiB is
+// 256 packets at rxe's 1024-byte MTU, inside the 1000-packet backlog.
+constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
+
+const char* AsyncEventMeaning(int type) {
+  switch (type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+      return "the QP failed";
+    case IBV_EVENT_CQ_ERR:
+      return "the completion queue failed";
+    case IBV_EVENT_PORT_ERR:
+      return "the port went down";
+    case IBV_EVENT_DEVICE_FATAL:
+      return "the device failed";
+    default:
+      return "the device reported an error";
+  }
+}
 
 const char* OperationName(uint8_t kind) {
   switch (kind) {
@@ -47,7 +80,7 @@ const char* OperationName(uint8_t kind) {
     case 6:
       return "RDMA_READ";
     case 7:
-      return "RDMA_WRITE (liveness check)";
+      return "RDMA_WRITE (liveness probe)";
     default:
       return "unknown operation";
   }
@@ -104,6 +137,7 @@ Connection::Connection(const Context& context, const ConnectionOptions& options,
                        std::string name)
     : context_(context),
       verbs_(context.verbs()),
+      env_(context.env()),
       options_(options),
       name_(std::move(name)),
       owed_credits_(options.credit_batch != 0 ? options.credit_batch
@@ -113,7 +147,7 @@ Connection::Connection(const Context& context, const ConnectionOptions& options,
 }
 
 Connection::~Connection() {
-  if (!closed_) (void)Close(Clock::now());
+  if (!closed_) (void)Close(env_.Now());
 }
 
 absl::Status Connection::CreateResources() {
@@ -132,6 +166,11 @@ absl::Status Connection::CreateResources() {
         absl::StrCat("max_message_size ", o.max_message_size, " exceeds ",
                      kMaxSlotSize, "; carry large payloads with Write()"));
   }
+  if (o.credit_batch > o.recv_slots - 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "credit_batch ", o.credit_batch, " exceeds recv_slots - 2 = ",
+        o.recv_slots - 2, ": the peer could be left unable to send"));
+  }
   if (o.max_rdma_batch < 1 || o.max_rdma_batch > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_rdma_batch ", o.max_rdma_batch, " out of range 1..4096"));
@@ -148,14 +187,19 @@ absl::Status Connection::CreateResources() {
   }
   signal_interval_ = std::clamp<uint32_t>(o.send_slots / 4, 1, 16);
   if (o.completion_timeout.count() > 0) {
+    watchdog_armed_ = true;
     completion_timeout_ = o.completion_timeout;
-  } else {
+  } else if (o.completion_timeout.count() == 0) {
+    // Soft-RoCE retransmits forever to a dead peer on the kernels we run
+    // (docs/soft-roce.md); other providers complete with RETRY_EXC_ERR.
+    watchdog_armed_ = context_.device_attr().vendor_id == kVendorSoftRoce;
     const TransportConfig& config = context_.config();
     const auto retry_budget = std::chrono::nanoseconds(
         4096ll * (1ll << config.ack_timeout) * (config.retry_count + 1));
     completion_timeout_ =
         std::max<Clock::duration>(4 * retry_budget, std::chrono::seconds(2));
   }
+  sq_bytes_.assign(sq_depth_, 0);
 
   if (o.progress == ProgressMode::kEvent) {
     absl::StatusOr<ibv_comp_channel*> channel =
@@ -168,6 +212,19 @@ absl::Status Connection::CreateResources() {
     }
     wakeup_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wakeup_fd_ < 0) return VerbsError("eventfd", errno);
+    ready_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ready_fd_ < 0) return VerbsError("eventfd", errno);
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) return VerbsError("epoll_create1", errno);
+    for (int fd : {ready_fd_, channel_->fd, context_.async_fd()}) {
+      if (fd < 0) continue;
+      epoll_event event = {};
+      event.events = EPOLLIN;
+      event.data.fd = fd;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+        return VerbsError("epoll_ctl(EPOLL_CTL_ADD)", errno);
+      }
+    }
   }
   absl::StatusOr<ibv_cq*> cq = verbs_.CreateCq(
       context_.device(), sq_depth_ + o.recv_slots + 1, this, channel_, 0);
@@ -202,6 +259,18 @@ absl::Status Connection::CreateResources() {
       {recv_buffer_.get(), recv_bytes}, MemoryAccess::kLocalWrite);
   if (!recv_ring.ok()) return recv_ring.status();
   recv_ring_ = *std::move(recv_ring);
+  // The peer's probes land here; nothing ever reads it.
+  probe_buffer_.reset(
+      static_cast<std::byte*>(std::aligned_alloc(64, kProbeSlotSize)));
+  if (!probe_buffer_) {
+    return absl::ResourceExhaustedError("allocating the probe slot");
+  }
+  absl::StatusOr<MemoryRegion> probe = context_.RegisterMemory(
+      {probe_buffer_.get(), kProbeSlotSize}, MemoryAccess::kRemoteWrite);
+  if (!probe.ok()) return probe.status();
+  probe_slot_ = *std::move(probe);
+  context_.RegisterListener(this, inline_.qp, cq_);
+  registered_ = true;
 
   arrived_.assign(o.recv_slots, {0, 0});
   send_slot_seq_.assign(o.send_slots, 0);
@@ -214,9 +283,34 @@ QpEndpoint Connection::LocalEndpoint() const {
   return context_.Endpoint(inline_.qp, psn_);
 }
 
+RemoteRegion Connection::ProbeTarget() const { return probe_slot_.remote(); }
+
+void Connection::AdoptSetupStream(Socket stream) {
+  std::unique_lock<std::mutex> lock(mu_);
+  setup_ = std::move(stream);
+  setup_watched_ = setup_.valid();
+  if (setup_watched_ && epoll_fd_ >= 0) {
+    epoll_event event = {};
+    event.events = EPOLLIN | EPOLLRDHUP;
+    event.data.fd = setup_.fd();
+    (void)epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, setup_.fd(), &event);
+  }
+}
+
+void Connection::OnAsyncEvent(ibv_event_type type) {
+  int expected = 0;
+  async_event_.compare_exchange_strong(expected, static_cast<int>(type) + 1);
+  if (wakeup_fd_ >= 0) {
+    uint64_t one = 1;
+    (void)!write(wakeup_fd_, &one, sizeof(one));
+  }
+  env_.Notify();
+}
+
 absl::Status Connection::Establish(const QpEndpoint& remote,
                                    uint32_t peer_recv_slots,
-                                   uint32_t peer_slot_size) {
+                                   uint32_t peer_slot_size,
+                                   const RemoteRegion& peer_probe) {
   if (absl::Status status = context_.ConnectRcQp(inline_.qp, psn_, remote);
       !status.ok()) {
     return WithContext(status, name_);
@@ -229,14 +323,14 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
   }
   send_credits_ = SendCredits(peer_recv_slots);
   send_limit_ = std::min(options_.max_message_size, peer_slot_size);
+  peer_probe_ = peer_probe;
   established_ = true;
-  last_activity_ = Clock::now();
+  last_activity_ = env_.Now();
+  LeaveLocked(lock);
   return absl::OkStatus();
 }
 
-int Connection::event_fd() const {
-  return channel_ != nullptr ? channel_->fd : -1;
-}
+int Connection::event_fd() const { return epoll_fd_; }
 
 absl::Status Connection::status() const {
   std::unique_lock<std::mutex> lock = Enter();
@@ -247,6 +341,7 @@ ConnectionStats Connection::stats() const {
   std::unique_lock<std::mutex> lock = Enter();
   ConnectionStats stats = stats_;
   stats.send_credits = send_credits_.available();
+  stats.watchdog_armed = watchdog_armed_;
   return stats;
 }
 
@@ -265,7 +360,12 @@ absl::Status Connection::UsableLocked() const {
 
 void Connection::FailLocked(absl::Status status) {
   if (failure_.ok()) failure_ = std::move(status);
+  NotifyLocked();
+}
+
+void Connection::NotifyLocked() {
   cv_.notify_all();
+  env_.Notify();
 }
 
 absl::Status Connection::RepostLocked(uint32_t slot) {
@@ -302,6 +402,10 @@ absl::Status Connection::PostSendLocked(ibv_send_wr* first, uint32_t count) {
     } else {
       ++unsignaled_run_;
     }
+    for (int i = 0; i < wr->num_sge; ++i) {
+      sq_bytes_posted_ += wr->sg_list[i].length;
+    }
+    sq_bytes_[seq % sq_depth_] = sq_bytes_posted_;
   }
   ibv_send_wr* bad = nullptr;
   absl::Status status = verbs_.PostSend(inline_.qp, first, &bad);
@@ -320,11 +424,13 @@ absl::Status Connection::PostSendLocked(ibv_send_wr* first, uint32_t count) {
 absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
                                                        uint32_t imm) {
   ibv_send_wr wr = {};
+  ibv_sge sge = {};
   wr.wr_id = MakeWrId(kind, 0);
   wr.num_sge = 0;
   // Nothing to fetch either way; marked inline only where the QP has inline
   // data at all.
   wr.send_flags = inline_.usable_inline > 0 ? IBV_SEND_INLINE : 0;
+  static constexpr uint8_t kProbeByte = 1;
   switch (kind) {
     case WrKind::kSendCredit:
       wr.opcode = IBV_WR_SEND_WITH_IMM;
@@ -335,9 +441,22 @@ absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
       wr.imm_data = htonl(imm);
       wr.send_flags |= IBV_SEND_SIGNALED;
       break;
-    default:  // keepalive / Check(): a zero-byte RDMA WRITE
+    default:  // keepalive / Check(): one byte into the peer's probe slot
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.send_flags |= IBV_SEND_SIGNALED;
+      // Virtualised RDMA has been seen to drop zero-byte packets: a byte,
+      // from the probe slot's own memory where inline is not available.
+      if (peer_probe_.rkey != 0 && peer_probe_.length > 0) {
+        const bool inline_byte = inline_.usable_inline > 0;
+        sge.addr = inline_byte ? reinterpret_cast<uint64_t>(&kProbeByte)
+                               : reinterpret_cast<uint64_t>(probe_slot_.data());
+        sge.length = 1;
+        sge.lkey = inline_byte ? 0 : probe_slot_.lkey();
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.wr.rdma.remote_addr = peer_probe_.address;
+        wr.wr.rdma.rkey = peer_probe_.rkey;
+      }
       break;
   }
   const uint64_t seq = sq_posted_;
@@ -349,7 +468,7 @@ absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
 
 void Connection::MaybeReturnCreditsLocked() {
   if (!established_ || closing_ || !failure_.ok() || peer_closed_) return;
-  while (owed_credits_.WorthAMessage() && send_credits_.CanSendControl() &&
+  while (owed_credits_.WorthAMessage() && send_credits_.CanSendCreditReturn() &&
          SqHasRoomLocked(1)) {
     const uint32_t credits = owed_credits_.Take();
     absl::StatusOr<uint64_t> seq = PostControlLocked(
@@ -383,6 +502,9 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     if (wc.status == IBV_WC_RETRY_EXC_ERR) {
       absl::StrAppend(&detail, "; the peer is unreachable or gone");
     }
+    // A QP or CQ the device failed flushes its work: the async event, if
+    // one came, is the reason to report.
+    CheckAsyncEventsLocked(detail);
     FailLocked(absl::Status(CodeForCompletion(wc.status), detail));
     return;
   }
@@ -424,26 +546,43 @@ bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
   ibv_wc wcs[kPollBatch];
   absl::StatusOr<int> polled = verbs_.PollCq(cq_, kPollBatch, wcs);
   if (!polled.ok()) [[unlikely]] {
-    // Callers see failure_; no progress was made.
+    // Callers see failure_; no progress was made. A CQ the device failed
+    // says why in an async event.
+    CheckAsyncEventsLocked(std::string(polled.status().message()));
     FailLocked(WithContext(polled.status(), name_));
     return false;
   }
   if (*polled == 0) return false;
   for (int i = 0; i < *polled; ++i) HandleCompletionLocked(wcs[i]);
   MaybeReturnCreditsLocked();
-  cv_.notify_all();
+  // kEvent: a message this thread took off the CQ (while waiting in Send(),
+  // say) is announced now, not when the thread leaves.
+  if (ready_fd_ >= 0 && !ready_set_) UpdateReadinessLocked();
+  NotifyLocked();
   return true;
 }
 
-void Connection::NoteActivityLocked(Clock::time_point now) {
+void Connection::NoteActivityLocked(Deadline now) {
   if (completions_ != activity_seen_) {
     activity_seen_ = completions_;
     last_activity_ = now;
   }
 }
 
-void Connection::CheckStalledLocked(Clock::time_point now) {
-  if (!failure_.ok() || inline_.qp == nullptr) return;
+Clock::duration Connection::WatchdogBudgetLocked() const {
+  // Time for the bytes outstanding at the floor rate, on top of the base.
+  const uint64_t completed_bytes =
+      sq_completed_ == 0 ? 0 : sq_bytes_[(sq_completed_ - 1) % sq_depth_];
+  const uint64_t outstanding = sq_bytes_posted_ - completed_bytes;
+  return completion_timeout_ +
+         std::chrono::duration_cast<Clock::duration>(
+             std::chrono::duration<double>(
+                 static_cast<double>(outstanding) /
+                 static_cast<double>(kWatchdogFloorBytesPerSecond)));
+}
+
+void Connection::CheckStalledLocked(Deadline now) {
+  if (!watchdog_armed_ || !failure_.ok() || inline_.qp == nullptr) return;
   if (signaled_end_ <= sq_completed_) {  // nothing signalled outstanding
     watchdog_seen_ = kNotWatching;
     return;
@@ -456,20 +595,35 @@ void Connection::CheckStalledLocked(Clock::time_point now) {
     return;
   }
   const Clock::duration stalled = now - send_progress_time_;
-  if (stalled <= completion_timeout_) return;
+  const Clock::duration budget = WatchdogBudgetLocked();
+  if (stalled <= budget) return;
   FailLocked(absl::UnavailableError(absl::StrCat(
       name_, ": no completion for ",
       std::chrono::duration_cast<std::chrono::milliseconds>(stalled).count(),
-      " ms with ", signaled_end_ - sq_completed_,
+      " ms (budget ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(budget).count(),
+      " ms) with ", signaled_end_ - sq_completed_,
       " work request(s) outstanding; the peer is unreachable or gone (the "
       "provider did not report it)")));
-  // Flush what is queued so nothing still refers to the caller's memory.
-  (void)ModifyQpToError(verbs_, inline_.qp);
 }
 
-bool Connection::MaybeKeepaliveLocked(Clock::time_point now) {
+Deadline Connection::NextTimerLocked() const {
+  Deadline wake = kNoDeadline;
+  if (options_.keepalive_interval.count() > 0 && !keepalive_outstanding_) {
+    wake = std::min(wake, last_activity_ + options_.keepalive_interval);
+  }
+  if (watchdog_armed_ && signaled_end_ > sq_completed_) {
+    if (watchdog_seen_ == sq_completed_) {
+      wake = std::min(wake, send_progress_time_ + WatchdogBudgetLocked() +
+                                std::chrono::milliseconds(1));
+    }
+  }
+  return wake;
+}
+
+bool Connection::MaybeKeepaliveLocked(Deadline now) {
   if (options_.keepalive_interval.count() <= 0 || keepalive_outstanding_ ||
-      !SqHasRoomLocked(1)) {
+      !SqHasRoomLocked(1) || !established_ || inline_.qp == nullptr) {
     return false;
   }
   NoteActivityLocked(now);
@@ -481,13 +635,65 @@ bool Connection::MaybeKeepaliveLocked(Clock::time_point now) {
   return true;
 }
 
+void Connection::ReadSetupStreamLocked(std::unique_lock<std::mutex>& lock) {
+  if (!setup_watched_) return;
+  uint8_t bytes[16];
+  while (true) {
+    const ssize_t n = ::recv(setup_.fd(), bytes, sizeof(bytes), MSG_DONTWAIT);
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) {
+        if (bytes[i] == kGoodbyeByte) peer_goodbye_ = true;
+      }
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    break;  // EOF or reset
+  }
+  setup_watched_ = false;
+  if (epoll_fd_ >= 0) {
+    (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, setup_.fd(), nullptr);
+  }
+  if (peer_goodbye_) return;  // a Close(): its close message says the rest
+  // What arrived before the peer died is still delivered.
+  while (PollOnceLocked(lock)) {
+  }
+  if (!peer_closed_) {
+    FailLocked(absl::UnavailableError(absl::StrCat(
+        name_,
+        ": the peer's process is gone (its setup connection closed without "
+        "a goodbye)")));
+  }
+}
+
+void Connection::CheckAsyncEventsLocked(std::string_view symptom) {
+  context_.PollAsyncEvents();
+  NoteAsyncEventLocked(symptom);
+}
+
+void Connection::NoteAsyncEventLocked(std::string_view symptom) {
+  if (const int event = async_event_.load(std::memory_order_acquire);
+      event != 0 && failure_.ok()) {
+    FailLocked(absl::UnavailableError(absl::StrCat(
+        name_, ": ", AsyncEventName(static_cast<ibv_event_type>(event - 1)),
+        " (", AsyncEventMeaning(event - 1), ")",
+        symptom.empty() ? "" : "; then ", std::string(symptom))));
+  }
+}
+
+void Connection::ServiceLocked(std::unique_lock<std::mutex>& lock,
+                               bool setup_readable, bool async_readable) {
+  if (async_readable) context_.PollAsyncEvents();
+  NoteAsyncEventLocked();
+  if (setup_readable) ReadSetupStreamLocked(lock);
+}
+
 absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
-                                    Deadline deadline, bool idle_receive) {
-  // kBusyPoll: most turns only let the other thread in and pause; every
-  // kSpinTurns-th looks at the clock (deadline, watchdog, keepalive) and
-  // yields the CPU.
-  if (options_.progress == ProgressMode::kBusyPoll &&
-      ++spin_turns_ < kSpinTurns) {
+                                    uint64_t token, Deadline deadline) {
+  const bool busy = options_.progress == ProgressMode::kBusyPoll;
+  // kBusyPoll: most turns only let the other thread in and
+  // pause; every kSpinTurns-th looks at the clock and the fds and yields.
+  if (busy && ++spin_turns_ < kSpinTurns) {
     // Let in a thread that is waiting for the lock; otherwise keep it (each
     // unlock/lock pair is two atomic operations, dear under emulation).
     if (entering_.load(std::memory_order_relaxed) > 0) {
@@ -500,68 +706,93 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
     return absl::OkStatus();
   }
   spin_turns_ = 0;
-  const Clock::time_point now = Clock::now();
+  const Deadline now = env_.Now();
+  ServiceLocked(lock, false, false);
   CheckStalledLocked(now);
   if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
-  if (idle_receive && MaybeKeepaliveLocked(now)) return absl::OkStatus();
+  if (MaybeKeepaliveLocked(now)) return absl::OkStatus();
   if (now >= deadline) {
+    // The last look before giving up: what the device has said meanwhile.
+    CheckAsyncEventsLocked();
+    if (!failure_.ok()) return absl::OkStatus();
     // Before giving up in kEvent mode, consume the channel's events and arm
     // the CQ, so that a caller polling event_fd() is woken by the next
     // completion. A completion that slipped in meanwhile is progress.
-    if (options_.progress == ProgressMode::kEvent && !event_waiter_ &&
-        cq_ != nullptr) {
+    if (!busy && !event_waiter_ && cq_ != nullptr) {
       DrainChannelLocked();
       if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
         FailLocked(WithContext(status, name_));
         return absl::OkStatus();
       }
+      cq_armed_ = true;
       if (PollOnceLocked(lock)) return absl::OkStatus();
     }
     return absl::DeadlineExceededError("deadline");
   }
-  if (options_.progress == ProgressMode::kBusyPoll) {
-    lock.unlock();
-    std::this_thread::yield();
-    lock.lock();
-    return absl::OkStatus();
+  const Deadline wake = std::min(deadline, NextTimerLocked());
+
+  // The fds every wait watches: the setup stream (the peer's process), the
+  // device's async events, and in kEvent mode the completion channel and
+  // the wakeup eventfd.
+  pollfd fds[4];
+  int count = 0;
+  int setup_index = -1;
+  int async_index = -1;
+  int channel_index = -1;
+  int wakeup_index = -1;
+  if (setup_watched_) {
+    setup_index = count;
+    fds[count++] = {setup_.fd(), POLLIN, 0};
   }
-  // kEvent: one thread (the leader) sleeps on the channel; others wait for
-  // it on the condition variable.
-  if (event_waiter_) {
-    cv_.wait_until(lock, std::min(deadline, now + kFollowerWait));
-    return absl::OkStatus();
+  if (const int async = context_.async_fd(); async >= 0) {
+    async_index = count;
+    fds[count++] = {async, POLLIN, 0};
   }
-  event_waiter_ = true;
-  if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
-    event_waiter_ = false;
-    FailLocked(WithContext(status, name_));
-    return absl::OkStatus();
+  if (!busy) {
+    if (event_waiter_) {
+      // Another thread (the leader) sleeps on the channel; follow it.
+      if (env_.virtual_time()) {
+        lock.unlock();
+        env_.Wait(token, {}, std::min(wake, now + kFollowerWait),
+                  WaitKind::kBlock);
+        lock.lock();
+      } else {
+        cv_.wait_until(lock, std::min(wake, now + kFollowerWait));
+      }
+      return absl::OkStatus();
+    }
+    event_waiter_ = true;
+    if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
+      event_waiter_ = false;
+      FailLocked(WithContext(status, name_));
+      return absl::OkStatus();
+    }
+    cq_armed_ = true;
+    // A completion that arrived before the CQ was armed raises no event.
+    if (PollOnceLocked(lock)) {
+      event_waiter_ = false;
+      return absl::OkStatus();
+    }
+    channel_index = count;
+    fds[count++] = {channel_->fd, POLLIN, 0};
+    wakeup_index = count;
+    fds[count++] = {wakeup_fd_, POLLIN, 0};
   }
-  // A completion that arrived before the CQ was armed raises no event.
-  if (PollOnceLocked(lock)) {
-    event_waiter_ = false;
-    return absl::OkStatus();
-  }
-  Deadline wake = deadline;
-  if (idle_receive && options_.keepalive_interval.count() > 0) {
-    wake = std::min(wake, last_activity_ + options_.keepalive_interval);
-  }
-  if (signaled_end_ > sq_completed_) {
-    wake = std::min(wake, send_progress_time_ + completion_timeout_ +
-                              std::chrono::milliseconds(1));
-  }
-  const int channel_fd = channel_->fd;
   lock.unlock();
-  pollfd fds[2] = {{channel_fd, POLLIN, 0}, {wakeup_fd_, POLLIN, 0}};
-  int ready = poll(fds, 2, PollTimeoutMs(std::max(wake, Clock::now())));
+  const int ready = env_.Wait(token, {fds, static_cast<size_t>(count)}, wake,
+                              busy ? WaitKind::kSpin : WaitKind::kBlock);
   lock.lock();
-  event_waiter_ = false;
-  if (ready > 0 && (fds[0].revents & POLLIN)) DrainChannelLocked();
-  if (ready > 0 && (fds[1].revents & POLLIN)) {
-    uint64_t count;
-    (void)!read(wakeup_fd_, &count, sizeof(count));
+  if (!busy) event_waiter_ = false;
+  auto readable = [&](int index) {
+    return ready > 0 && index >= 0 && fds[index].revents != 0;
+  };
+  if (readable(channel_index)) DrainChannelLocked();
+  if (readable(wakeup_index)) {
+    uint64_t value;
+    (void)!read(wakeup_fd_, &value, sizeof(value));
   }
-  cv_.notify_all();
+  ServiceLocked(lock, readable(setup_index), readable(async_index));
+  if (!busy) NotifyLocked();
   return absl::OkStatus();
 }
 
@@ -570,6 +801,69 @@ void Connection::DrainChannelLocked() {
   void* cq_context = nullptr;
   while (verbs_.GetCqEvent(channel_, &cq, &cq_context).ok()) {
     verbs_.AckCqEvents(cq, 1);
+    cq_armed_ = false;  // an event disarms the CQ
+  }
+}
+
+void Connection::LeaveLocked(std::unique_lock<std::mutex>& lock) {
+  if (options_.progress != ProgressMode::kEvent || cq_ == nullptr) return;
+  if (!cq_armed_ && failure_.ok() && !closed_) {
+    if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); status.ok()) {
+      cq_armed_ = true;
+    } else {
+      FailLocked(WithContext(status, name_));
+    }
+    // What arrived before the CQ was armed raises no event: take it now.
+    while (PollOnceLocked(lock)) {
+    }
+  }
+  UpdateReadinessLocked();
+}
+
+void Connection::UpdateReadinessLocked() {
+  if (ready_fd_ < 0) return;
+  const bool ready = arrived_count_ > 0 || !failure_.ok() || peer_closed_ ||
+                     closing_ || closed_;
+  if (ready == ready_set_) return;
+  uint64_t value = 1;
+  if (ready) {
+    (void)!write(ready_fd_, &value, sizeof(value));
+  } else {
+    (void)!read(ready_fd_, &value, sizeof(value));
+  }
+  ready_set_ = ready;
+}
+
+void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
+  if (inline_.qp == nullptr || sq_completed_ >= sq_posted_) return;
+  // Flush whatever is still queued, then wait until the NIC has given every
+  // work request back.
+  (void)ModifyQpToError(verbs_, inline_.qp);
+  const Deadline give_up = env_.DeadlineIn(kFlushWait);
+  while (sq_completed_ < sq_posted_) {
+    const uint64_t token = env_.PrepareWait();
+    if (PollOnceLocked(lock)) continue;
+    if (env_.Now() >= give_up) break;
+    lock.unlock();
+    env_.Wait(token, {}, std::min(give_up, env_.Now() + kFollowerWait),
+              options_.progress == ProgressMode::kBusyPoll ? WaitKind::kSpin
+                                                           : WaitKind::kBlock);
+    lock.lock();
+  }
+  if (sq_completed_ < sq_posted_) {
+    // The provider did not flush in time: destroying the QP is what
+    // guarantees the NIC no longer touches the memory.
+    std::fprintf(stderr,
+                 "rdma_transport: %s: %llu work request(s) not flushed within "
+                 "%lld ms of the failure; destroying the QP\n",
+                 name_.c_str(),
+                 static_cast<unsigned long long>(sq_posted_ - sq_completed_),
+                 static_cast<long long>(kFlushWait.count()));
+    context_.UnregisterListener(this);
+    registered_ = false;
+    (void)verbs_.DestroyQp(inline_.qp);
+    inline_.qp = nullptr;
+    sq_completed_ = sq_posted_;
   }
 }
 
@@ -580,8 +874,9 @@ absl::Status Connection::WaitUntilLocked(std::unique_lock<std::mutex>& lock,
   while (true) {
     if (!failure_.ok()) return failure_;
     if (ready()) return absl::OkStatus();
+    const uint64_t token = env_.PrepareWait();
     if (PollOnceLocked(lock)) continue;
-    if (!WaitLocked(lock, deadline).ok()) {
+    if (!WaitLocked(lock, token, deadline).ok()) {
       return absl::DeadlineExceededError(
           absl::StrCat(name_, ": ", waiting_for, " before the deadline"));
     }
@@ -600,28 +895,29 @@ absl::Status Connection::PeerClosedError() const {
       absl::StrCat(name_, ": the peer closed the connection"));
 }
 
-namespace {
-// Counts a call in flight for Close() to wait on.
-class ActiveCall {
+// Counts a call in flight for Close() to wait on, and ends it with
+// LeaveLocked() (kEvent: the CQ re-armed, the readiness fd up to date).
+class Connection::CallScope {
  public:
-  ActiveCall(int& count, std::condition_variable& cv) : count_(count), cv_(cv) {
-    ++count_;
+  CallScope(Connection& connection, std::unique_lock<std::mutex>& lock)
+      : connection_(connection), lock_(lock) {
+    ++connection_.active_calls_;
   }
-  ~ActiveCall() {
-    if (--count_ == 0) cv_.notify_all();
+  ~CallScope() {
+    if (lock_.owns_lock()) connection_.LeaveLocked(lock_);
+    if (--connection_.active_calls_ == 0) connection_.NotifyLocked();
   }
 
  private:
-  int& count_;
-  std::condition_variable& cv_;
+  Connection& connection_;
+  std::unique_lock<std::mutex>& lock_;
 };
-}  // namespace
 
 absl::Status Connection::Send(std::span<const std::byte> message,
                               Deadline deadline) {
   const size_t size = message.size();
   std::unique_lock<std::mutex> lock = Enter();
-  ActiveCall active(active_calls_, cv_);
+  CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (size > send_limit_) [[unlikely]] {
     return absl::InvalidArgumentError(
@@ -688,7 +984,7 @@ absl::Status Connection::Send(std::span<const std::byte> message,
 absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
                                            Deadline deadline) {
   std::unique_lock<std::mutex> lock = Enter();
-  ActiveCall active(active_calls_, cv_);
+  CallScope call(*this, lock);
   while (true) {
     // Messages that arrived intact are delivered even after the connection
     // failed (a credit return racing with the peer's close, say): they are
@@ -723,8 +1019,9 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
       if (PollOnceLocked(lock)) continue;
       return failure_;
     }
+    const uint64_t token = env_.PrepareWait();
     if (PollOnceLocked(lock)) continue;
-    if (!WaitLocked(lock, deadline, /*idle_receive=*/true).ok()) {
+    if (!WaitLocked(lock, token, deadline).ok()) {
       return absl::DeadlineExceededError(
           absl::StrCat(name_, ": no message before the deadline"));
     }
@@ -768,16 +1065,28 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
                                     bool is_write) {
   // An op longer than the port's max_msg_sz (8 MiB on rxe) goes as several
   // work requests: pieces of at most `max_piece` bytes.
+  // With the watchdog armed, pieces of at most kWatchdogPieceBytes, so that
+  // each completion it waits for is a bounded amount of work.
   const uint64_t port_limit = context_.port_attr().max_msg_sz;
+  const bool soft_roce = context_.device_attr().vendor_id == kVendorSoftRoce;
   const uint64_t max_piece = std::min<uint64_t>(
-      port_limit > 0 ? port_limit : (1ull << 31), 1ull << 30);
+      std::min<uint64_t>(port_limit > 0 ? port_limit : (1ull << 31),
+                         1ull << 30),
+      soft_roce         ? kSoftRoceInFlightBytes
+      : watchdog_armed_ ? kWatchdogPieceBytes
+                        : ~uint64_t{0});
+  const uint64_t max_batch_bytes =
+      soft_roce ? kSoftRoceInFlightBytes : ~uint64_t{0};
   size_t op_index = 0;
   uint64_t op_offset = 0;  // bytes of ops[op_index] already posted
   while (op_index < ops.size()) {
     // Lay out the next batch of pieces.
     uint32_t batch = 0;
     uint32_t ops_finished = 0;
-    while (batch < options_.max_rdma_batch && op_index < ops.size()) {
+    uint64_t unsignaled_bytes = 0;
+    uint64_t batch_bytes = 0;
+    while (batch < options_.max_rdma_batch && op_index < ops.size() &&
+           batch_bytes < max_batch_bytes) {
       const RdmaOp& op = ops[op_index];
       const uint64_t length = std::min(op.length - op_offset, max_piece);
       ibv_sge& sge = rdma_sges_[batch];
@@ -796,6 +1105,14 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
       if (is_write && ShouldSendInline(static_cast<uint32_t>(length),
                                        inline_.usable_inline)) {
         wr.send_flags |= IBV_SEND_INLINE;
+      }
+      // Progress inside a large batch: a completion every
+      // kProgressSignalBytes, which the watchdog counts as progress.
+      unsignaled_bytes += length;
+      batch_bytes += length;
+      if (unsignaled_bytes >= kProgressSignalBytes) {
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        unsignaled_bytes = 0;
       }
       if (batch > 0) rdma_wrs_[batch - 1].next = &wr;
       ++batch;
@@ -824,6 +1141,8 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
     (is_write ? stats_.rdma_writes : stats_.rdma_reads) += ops_finished;
     if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
         !status.ok()) {
+      // The NIC may still hold work requests naming the caller's memory.
+      QuiesceLocked(lock);
       return status;
     }
   }
@@ -835,7 +1154,7 @@ absl::Status Connection::Write(std::span<const RdmaOp> ops) {
     return status;
   }
   std::unique_lock<std::mutex> lock = Enter();
-  ActiveCall active(active_calls_, cv_);
+  CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   return RdmaLocked(lock, ops, true);
 }
@@ -845,14 +1164,14 @@ absl::Status Connection::Read(std::span<const RdmaOp> ops) {
     return status;
   }
   std::unique_lock<std::mutex> lock = Enter();
-  ActiveCall active(active_calls_, cv_);
+  CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   return RdmaLocked(lock, ops, false);
 }
 
 absl::Status Connection::Check(Deadline deadline) {
   std::unique_lock<std::mutex> lock = Enter();
-  ActiveCall active(active_calls_, cv_);
+  CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (peer_closed_) return PeerClosedError();
   if (absl::Status status = WaitUntilLocked(
@@ -880,7 +1199,14 @@ absl::Status Connection::Close(Deadline deadline) {
     uint64_t one = 1;
     (void)!write(wakeup_fd_, &one, sizeof(one));
   }
-  cv_.notify_all();
+  NotifyLocked();
+  UpdateReadinessLocked();
+  // Tell the peer's process this is a close, not a death; the close
+  // message (below) is what ends its Receive().
+  if (setup_.valid()) {
+    const uint8_t goodbye = kGoodbyeByte;
+    (void)!::send(setup_.fd(), &goodbye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
 
   absl::Status result;
   if (established_ && failure_.ok() && !peer_closed_) {
@@ -888,7 +1214,7 @@ absl::Status Connection::Close(Deadline deadline) {
     // meanwhile leaves nothing to tell: the close itself still succeeds.
     absl::Status ready = WaitUntilLocked(
         lock, deadline,
-        [&] { return send_credits_.CanSendControl() && SqHasRoomLocked(1); },
+        [&] { return send_credits_.CanSendClose() && SqHasRoomLocked(1); },
         "close: no credit to tell the peer");
     if (absl::IsDeadlineExceeded(ready) && failure_.ok()) result = ready;
     if (ready.ok()) {
@@ -906,7 +1232,16 @@ absl::Status Connection::Close(Deadline deadline) {
     }
   }
   // Let calls still inside (a Receive on another thread) leave first.
-  cv_.wait(lock, [this] { return active_calls_ == 0; });
+  while (active_calls_ > 0) {
+    const uint64_t token = env_.PrepareWait();
+    if (env_.virtual_time()) {
+      lock.unlock();
+      env_.Wait(token, {}, env_.DeadlineIn(kFollowerWait), WaitKind::kBlock);
+      lock.lock();
+    } else {
+      cv_.wait_for(lock, kFollowerWait);
+    }
+  }
   TearDownLocked();
   closed_ = true;
   return result;
@@ -919,6 +1254,11 @@ void Connection::TearDownLocked() {
                    status.ToString().c_str());
     }
   };
+  // No async event reaches this connection from here on.
+  if (registered_) {
+    context_.UnregisterListener(this);
+    registered_ = false;
+  }
   if (inline_.qp != nullptr) {
     report(verbs_.DestroyQp(inline_.qp));
     inline_.qp = nullptr;
@@ -933,10 +1273,15 @@ void Connection::TearDownLocked() {
   }
   report(send_ring_.Release());
   report(recv_ring_.Release());
-  if (wakeup_fd_ >= 0) {
-    ::close(wakeup_fd_);
-    wakeup_fd_ = -1;
+  report(probe_slot_.Release());
+  for (int* fd : {&wakeup_fd_, &ready_fd_, &epoll_fd_}) {
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
   }
+  setup_watched_ = false;
+  setup_.Close();
 }
 
 }  // namespace rdma_transport

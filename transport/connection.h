@@ -20,25 +20,55 @@
 // Write()). Receive copies one whole message out and reposts its slot.
 //
 // One-sided. Write()/Read() post chains of at most `max_rdma_batch` work
-// requests with only the last signalled, wait for that completion, and go
-// on; at most one batch is outstanding. An op longer than the port's
-// max_msg_sz (8 MiB on rxe) is split into several work requests. Each remote
-// range is checked against its RemoteRegion before anything is posted, each
-// local range against its MemoryRegion (Read needs kLocalWrite on it).
+// requests, signalling the last and at least one every kProgressSignalBytes,
+// wait for the last completion, and go on; at most one batch is
+// outstanding. An op longer than the port's max_msg_sz (8 MiB on rxe) is
+// split into several work requests. On Soft-RoCE at most 256 KiB is in
+// flight (its READ responder overflows a loaded host's veth queue and Linux
+// 6.1's rxe then never completes the READ). Each remote range is checked
+// against its RemoteRegion before anything is posted, each local range
+// against its MemoryRegion (Read needs kLocalWrite on it).
 //
 // Progress. kBusyPoll spins on the completion queue (lowest latency);
-// kEvent sleeps on a completion channel whose fd (event_fd()) may also be put
-// in the caller's epoll/poll set: when it is readable, call Receive() with a
-// deadline of now.
+// kEvent sleeps on a completion channel. Every wait goes through the
+// Context's Env (verbs_shim/env.h): the real clock on real devices, the
+// fabric's virtual clock on the simulator, where a wait for a deadline
+// advances the fabric instead of sleeping.
 //
-// Liveness and close. Check() sends a zero-byte inline RDMA WRITE and
-// reports a dead peer; a Receive() idle for `keepalive_interval` does the
-// same, so a vanished peer ends every wait with kUnavailable instead of a
-// hang. A peer is also declared gone when a signalled work request sees no
-// completion for `completion_timeout`, for providers that never report it.
-// Close() sends a zero-byte WRITE_WITH_IMM "close" after everything already
+// Readiness (kEvent). event_fd() is readable exactly while a message waits
+// for Receive(), the connection has failed, or the peer has closed it, with
+// at most a spurious wakeup after a completion that was not a message: put
+// it in an epoll/poll set and call Receive() with a deadline of now when it
+// is readable. Whichever thread takes a message off the completion queue
+// (one waiting in Send(), say), the fd tells, and the completion queue is
+// re-armed before any call returns, so no message sits unseen.
+//
+// Liveness. A peer is noticed gone in every wait, not only by Receive():
+//   - its process exited: the setup stream (kept open for the connection's
+//     life) reads EOF without the goodbye byte Close() sends - at once, with
+//     no timer;
+//   - its host vanished or its NIC died: any wait (Send for credit, Close,
+//     Write/Read, Check, Receive) idle for `keepalive_interval` posts a
+//     one-byte RDMA WRITE probe into the peer's probe slot, which fails after
+//     the QP's retry budget (4.096 us * 2^MC_IB_TIMEOUT * (MC_IB_RETRY_CNT+1));
+//   - an asynchronous event names the QP, its CQ, the port or the device
+//     (Context::PollAsyncEvents): at once;
+//   - for providers that never complete a work request to a dead peer
+//     (Soft-RoCE on Linux 6.1 retransmits forever), a completion watchdog:
+//     armed on rxe only (or by `completion_timeout` > 0), it fails the
+//     connection when the send queue makes no progress for
+//     completion_timeout + bytes outstanding / kWatchdogFloorBytesPerSecond.
+//     Large Write()/Read() batches signal every kProgressSignalBytes, so a
+//     slow but healthy transfer always shows progress.
+// After a failure no call returns while the NIC may still touch the caller's
+// memory: outstanding work is flushed (QP to ERR, flush completions seen) or,
+// if the flush does not come within kFlushWait, the QP is destroyed.
+// Close() sends a one-byte "goodbye" on the setup stream, then a zero-byte
+// WRITE_WITH_IMM "close" (its immediate carries it) after everything already
 // posted, waits for it, and releases the QP, CQ and rings. A peer's close lets
 // Receive() return the messages that arrived before it, then kUnavailable.
+// Credits: data keeps two credits in reserve, a credit return one, so the
+// close message always has a credit of its own.
 //
 // Errors. The first failed completion is turned into a Status naming the
 // connection, the operation and the ibv_wc status (kUnavailable when the
@@ -68,6 +98,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -76,6 +107,8 @@
 #include "transport/credits.h"
 #include "transport/deadline.h"
 #include "transport/memory_region.h"
+#include "transport/tcp.h"
+#include "verbs_shim/env.h"
 
 namespace rdma_transport {
 
@@ -96,13 +129,14 @@ struct ConnectionOptions {
   ProgressMode progress = ProgressMode::kBusyPoll;
   // The whole TCP handshake must finish within this.
   std::chrono::milliseconds handshake_timeout{5000};
-  // A Receive() idle this long probes the peer; 0 disables.
+  // Any wait idle (no completion) this long probes the peer; 0 disables.
   std::chrono::milliseconds keepalive_interval{1000};
-  // A signalled work request outstanding this long with no completion at
-  // all means the peer is gone, whatever the provider says; 0: four times
-  // the QP's retry budget (4.096 us * 2^timeout * (retry_cnt + 1)), at least
-  // 2 s. Soft-RoCE in Linux 6.1 retransmits forever to a dead peer instead
-  // of completing with IBV_WC_RETRY_EXC_ERR; this bounds every wait anyway.
+  // The completion watchdog's base budget: the send queue making no progress
+  // for this long (plus the time its outstanding bytes take at
+  // kWatchdogFloorBytesPerSecond) means the peer is gone, whatever the
+  // provider says. 0: armed only on Soft-RoCE (vendor 0xFFFFFF), with four
+  // times the QP's retry budget, at least 2 s; > 0: armed on every device
+  // with this budget; < 0: never armed.
   std::chrono::milliseconds completion_timeout{0};
   // Shared secret: a server with a token rejects clients without the same.
   std::string token;
@@ -123,7 +157,16 @@ struct ConnectionStats {
   uint64_t rdma_bytes = 0;
   uint64_t keepalives = 0;
   uint32_t send_credits = 0;
+  bool watchdog_armed = false;
 };
+
+// The slowest a healthy link is assumed to move an outstanding batch.
+inline constexpr uint64_t kWatchdogFloorBytesPerSecond = 1 << 20;
+// Write()/Read() signal a work request at least every this many bytes.
+inline constexpr uint64_t kProgressSignalBytes = 1 << 20;
+// After a failure, how long flush completions may take before the QP is
+// destroyed instead.
+inline constexpr std::chrono::milliseconds kFlushWait{1000};
 
 // One one-sided transfer: `length` bytes between local[local_offset...] and
 // the peer's remote[remote_offset...].
@@ -135,7 +178,7 @@ struct RdmaOp {
   uint64_t remote_offset = 0;
 };
 
-class Connection {
+class Connection final : private AsyncEventListener {
  public:
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -173,14 +216,18 @@ class Connection {
   uint32_t max_message_size() const { return send_limit_; }
   uint32_t usable_inline() const { return inline_.usable_inline; }
   const NegotiatedQp& negotiated_qp() const { return inline_; }
-  // The completion channel's fd in kEvent mode, else -1.
+  // kEvent: the readiness fd (see above), else -1.
   int event_fd() const;
   // The QP, for inspection (Verbs::QueryQp) only.
   ibv_qp* qp() const { return inline_.qp; }
   const Context& context() const { return context_; }
+  Env& env() const { return env_; }
 
  private:
   friend class ConnectionSetup;
+  friend class ConnectionTestPeer;  // tests/connection_test_peer.h
+
+  class CallScope;
 
   // Work request ids: kind in the top byte, a sequence or slot below.
   enum class WrKind : uint8_t {
@@ -199,35 +246,65 @@ class Connection {
   // Setup, used by ConnectionSetup (listener.cc).
   absl::Status CreateResources();
   QpEndpoint LocalEndpoint() const;
+  // The probe slot the peer's keepalives write into.
+  RemoteRegion ProbeTarget() const;
   absl::Status Establish(const QpEndpoint& remote, uint32_t peer_recv_slots,
-                         uint32_t peer_slot_size);
+                         uint32_t peer_slot_size,
+                         const RemoteRegion& peer_probe);
+  // The setup stream, kept open to notice the peer's process exiting.
+  void AdoptSetupStream(Socket stream);
+
+  // AsyncEventListener: called by the Context with no lock held.
+  void OnAsyncEvent(ibv_event_type type) override;
 
   // All below run with mu_ held.
   absl::Status UsableLocked() const;
   bool PollOnceLocked(std::unique_lock<std::mutex>& lock);
   void HandleCompletionLocked(const ibv_wc& wc);
   void FailLocked(absl::Status status);
-  // Waits for progress (kBusyPoll: spins; kEvent: sleeps on the channel).
-  // kDeadlineExceeded once `deadline` has passed.
-  // `idle_receive`: a Receive with nothing to take, which probes the peer
-  // every keepalive_interval.
-  absl::Status WaitLocked(std::unique_lock<std::mutex>& lock, Deadline deadline,
-                          bool idle_receive = false);
+  // Waits for progress (kBusyPoll: spins; kEvent: sleeps on the channel),
+  // probing the peer when idle for keepalive_interval, watching the setup
+  // stream, async events and the watchdog. `token` is env_.PrepareWait()
+  // taken before the caller last looked. kDeadlineExceeded once `deadline`
+  // has passed.
+  absl::Status WaitLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
+                          Deadline deadline);
+  // Handles what the wait's fds reported, and pending async events.
+  void ServiceLocked(std::unique_lock<std::mutex>& lock, bool setup_readable,
+                     bool async_readable);
+  void ReadSetupStreamLocked(std::unique_lock<std::mutex>& lock);
+  // Reads the Context's pending async events, then fails the connection if
+  // one of them named it. NoteAsyncEventLocked() does the second half only.
+  // `symptom`: what the caller saw meanwhile, added to the message.
+  void CheckAsyncEventsLocked(std::string_view symptom = {});
+  void NoteAsyncEventLocked(std::string_view symptom = {});
+  // When the wait must wake up at the latest for keepalive and watchdog.
+  Deadline NextTimerLocked() const;
+  // kEvent: re-arms the CQ if an event was taken since it was last armed
+  // (catching what arrived meanwhile) and sets the readiness fd. Every call
+  // ends with it.
+  void LeaveLocked(std::unique_lock<std::mutex>& lock);
+  void UpdateReadinessLocked();
+  // After a failure: waits until the NIC is done with every posted work
+  // request (flushed), destroying the QP if that takes over kFlushWait.
+  void QuiesceLocked(std::unique_lock<std::mutex>& lock);
+  void NotifyLocked();
   // Moves last_activity_ to `now` if anything completed since last looked.
-  void NoteActivityLocked(Clock::time_point now);
+  void NoteActivityLocked(Deadline now);
   // Posts a keepalive probe when the connection has been idle long enough.
-  bool MaybeKeepaliveLocked(Clock::time_point now);
+  bool MaybeKeepaliveLocked(Deadline now);
   // Takes and acknowledges every completion event on the channel (kEvent).
   void DrainChannelLocked();
-  // Fails the connection when a signalled work request has waited longer
-  // than completion_timeout_ with no send completion at all.
-  void CheckStalledLocked(Clock::time_point now);
+  // Fails the connection when the send queue has made no progress for the
+  // watchdog's budget (armed providers only).
+  void CheckStalledLocked(Deadline now);
+  Clock::duration WatchdogBudgetLocked() const;
   bool SqHasRoomLocked(uint32_t wrs) const {
     return sq_posted_ - sq_completed_ + wrs <= sq_depth_;
   }
   absl::Status PostSendLocked(ibv_send_wr* first, uint32_t count);
-  // A zero-length control work request (credit return, close, keepalive);
-  // returns its sequence number.
+  // A control work request (credit return, close: zero bytes with an
+  // immediate; keepalive: one inline byte); returns its sequence number.
   absl::StatusOr<uint64_t> PostControlLocked(WrKind kind, uint32_t imm);
   absl::Status RepostLocked(uint32_t slot);
   void MaybeReturnCreditsLocked();
@@ -253,6 +330,7 @@ class Connection {
 
   const Context& context_;
   Verbs& verbs_;
+  Env& env_;
   const ConnectionOptions options_;
   std::string name_;  // set by the setup code, fixed once established
 
@@ -268,6 +346,19 @@ class Connection {
   MemoryRegion send_ring_;
   MemoryRegion recv_ring_;
   int wakeup_fd_ = -1;  // kEvent: wakes a waiter blocked in poll(2)
+  int ready_fd_ = -1;   // kEvent: eventfd, set while readiness holds
+  int epoll_fd_ = -1;   // kEvent: what event_fd() returns
+  bool ready_set_ = false;
+  bool cq_armed_ = false;
+  // A 64-byte registered slot the peer's probes write into, and the peer's.
+  std::unique_ptr<std::byte, FreeDeleter> probe_buffer_;
+  MemoryRegion probe_slot_;
+  RemoteRegion peer_probe_;
+  Socket setup_;
+  bool setup_watched_ = false;  // setup_ open and not yet at EOF
+  bool peer_goodbye_ = false;
+  std::atomic<int> async_event_{0};  // ibv_event_type + 1, 0: none
+  bool registered_ = false;
 
   // Takes mu_, counted in entering_ while waiting for it, so that a busy
   // poller holding it knows whether anybody wants it.
@@ -290,9 +381,14 @@ class Connection {
   // One past the sequence of the last signalled work request, and when the
   // send queue last made progress (or became busy): the watchdog's inputs.
   uint64_t signaled_end_ = 0;
-  Clock::time_point send_progress_time_;
+  Deadline send_progress_time_;
   uint64_t watchdog_seen_ = ~uint64_t{0};  // sq_completed_ when last looked
+  bool watchdog_armed_ = false;
   Clock::duration completion_timeout_{};
+  // Bytes posted up to and including each sequence (by seq % sq_depth_),
+  // for the bytes outstanding the watchdog allows time for.
+  std::vector<uint64_t> sq_bytes_;
+  uint64_t sq_bytes_posted_ = 0;
   // Completions seen, and the count when last_activity_ was last moved: the
   // clock is read only when somebody waits, not per completion.
   uint64_t completions_ = 0;
@@ -321,7 +417,7 @@ class Connection {
   uint32_t psn_ = 0;
   int active_calls_ = 0;       // calls inside the connection (for Close)
   bool event_waiter_ = false;  // a thread is blocked on the channel fd
-  Clock::time_point last_activity_;
+  Deadline last_activity_;
 
   // Work requests and gather entries of one Write()/Read() batch,
   // allocated once.

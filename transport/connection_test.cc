@@ -12,6 +12,7 @@
 #include "sim/fabric.h"
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
+#include "tests/swallow_send_completions.h"
 #include "transport/listener.h"
 #include "verbs_shim/verbs_wrapper.h"
 
@@ -22,32 +23,22 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 
-// Drops every send-side completion while `swallow` is set.
-class SwallowSendCompletions : public VerbsWrapper {
- public:
-  using VerbsWrapper::VerbsWrapper;
-  std::atomic<bool> swallow{false};
-
-  absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override {
-    absl::StatusOr<int> polled = target()->PollCq(cq, num_entries, wc);
-    if (!polled.ok() || !swallow.load()) return polled;
-    int kept = 0;
-    for (int i = 0; i < *polled; ++i) {
-      if (wc[i].opcode & IBV_WC_RECV) wc[kept++] = wc[i];
-    }
-    return kept;
-  }
-};
-
+// Every time below is virtual (the fabric's clock), so exact: the
+// transport's timers fire when the SimEnv moves the clock to them.
 class ConnectionTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    absl::StatusOr<SimContexts> opened = OpenTwoSimContexts(fabric_, verbs_);
+  void Open(std::string_view profile = "cx7") {
+    absl::StatusOr<SimContexts> opened =
+        OpenTwoSimContexts(fabric_, verbs_, profile);
     ASSERT_TRUE(opened.ok()) << opened.status();
     contexts_ = std::move(opened->contexts);
   }
 
-  void Connect(const ConnectionOptions& options) {
+  Env& env() { return fabric_.env(); }
+
+  void Connect(const ConnectionOptions& options,
+               std::string_view profile = "cx7") {
+    ASSERT_NO_FATAL_FAILURE(Open(profile));
     DialResult dial = Dial(*contexts_[0], *contexts_[1], options);
     ASSERT_TRUE(dial.client.ok()) << dial.client.status();
     ASSERT_TRUE(dial.server.ok()) << dial.server.status();
@@ -70,18 +61,25 @@ class ConnectionTest : public ::testing::Test {
   std::unique_ptr<Connection> server_;
 };
 
+// The probe's own wire time on the simulated link: a few microseconds.
+constexpr auto kWireSlack = std::chrono::microseconds(20);
+
 TEST_F(ConnectionTest, APeerThatNeverAnswersIsDeclaredGone) {
   ConnectionOptions options;
   options.completion_timeout = milliseconds(200);
   ASSERT_NO_FATAL_FAILURE(Connect(options));
-  ASSERT_TRUE(client_->Check(DeadlineIn(seconds(5))).ok());
+  EXPECT_TRUE(client_->stats().watchdog_armed);
+  ASSERT_TRUE(client_->Check(env().DeadlineIn(seconds(5))).ok());
   verbs_.swallow = true;
-  const Clock::time_point start = Clock::now();
+  const Deadline start = env().Now();
   absl::Status status = client_->Check();  // no deadline: must still end
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_THAT(status.message(), HasSubstr("no completion for"));
-  EXPECT_GE(Clock::now() - start, milliseconds(200));
-  EXPECT_LT(Clock::now() - start, seconds(5));
+  // The budget (200 ms, plus 1 byte at the 1 MiB/s floor) and the 1 ms the
+  // wait sleeps past it.
+  const auto elapsed = env().Now() - start;
+  EXPECT_GE(elapsed, milliseconds(201));
+  EXPECT_LT(elapsed, milliseconds(201) + kWireSlack);
   EXPECT_EQ(client_->Send(std::as_bytes(std::span("x", 1))), status);
 }
 
@@ -92,22 +90,43 @@ TEST_F(ConnectionTest, AnIdleReceiveEndsWhenTheKeepaliveIsNeverAnswered) {
   options.progress = ProgressMode::kEvent;
   ASSERT_NO_FATAL_FAILURE(Connect(options));
   verbs_.swallow = true;
+  const Deadline start = env().Now();
   std::vector<std::byte> buffer(64);
   absl::StatusOr<size_t> n = client_->Receive(buffer);  // no deadline
   EXPECT_EQ(n.status().code(), absl::StatusCode::kUnavailable) << n.status();
-  EXPECT_GT(client_->stats().keepalives, 0u);
+  EXPECT_EQ(client_->stats().keepalives, 1u);
+  // The probe at 50 ms, then the watchdog's 201 ms.
+  const auto elapsed = env().Now() - start;
+  EXPECT_GE(elapsed, milliseconds(251));
+  EXPECT_LT(elapsed, milliseconds(251) + kWireSlack);
+}
+
+TEST_F(ConnectionTest, TheDefaultWatchdogIsArmedOnSoftRoceOnly) {
+  ConnectionOptions options;
+  ASSERT_NO_FATAL_FAILURE(Connect(options, "cx7"));
+  EXPECT_FALSE(client_->stats().watchdog_armed);
+  EXPECT_FALSE(server_->stats().watchdog_armed);
+}
+
+TEST_F(ConnectionTest, ANegativeCompletionTimeoutNeverArmsTheWatchdog) {
+  ConnectionOptions options;
+  options.completion_timeout = milliseconds(-1);
+  ASSERT_NO_FATAL_FAILURE(Connect(options, "rxe"));
+  EXPECT_FALSE(client_->stats().watchdog_armed);
 }
 
 TEST_F(ConnectionTest, TheDefaultWatchdogIsFourRetryBudgetsAtLeastTwoSeconds) {
-  // 4.096 us * 2^14 * 8 = 0.54 s; four of them: 2.15 s.
+  // On Soft-RoCE: 4.096 us * 2^14 * 8 = 0.537 s; four of them: 2.147 s.
   ConnectionOptions options;
-  ASSERT_NO_FATAL_FAILURE(Connect(options));
+  ASSERT_NO_FATAL_FAILURE(Connect(options, "rxe"));
+  EXPECT_TRUE(client_->stats().watchdog_armed);
   verbs_.swallow = true;
-  const Clock::time_point start = Clock::now();
+  const Deadline start = env().Now();
   EXPECT_EQ(client_->Check().code(), absl::StatusCode::kUnavailable);
-  const auto elapsed = Clock::now() - start;
-  EXPECT_GE(elapsed, milliseconds(2100));
-  EXPECT_LT(elapsed, seconds(10));
+  const auto elapsed = env().Now() - start;
+  const auto budget = 4 * std::chrono::nanoseconds(4096ll * (1 << 14) * 8);
+  EXPECT_GE(elapsed, budget + milliseconds(1));
+  EXPECT_LT(elapsed, budget + milliseconds(1) + kWireSlack);
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "transport/context.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 
 #include "absl/status/status.h"
@@ -52,7 +55,130 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Open(
     return WithContext(pd.status(), absl::StrCat("on ", name));
   }
   context->pd_ = *pd;
+  // Async events are read without blocking, from whichever thread waits.
+  if (int fd = context->device_->async_fd; fd >= 0) {
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+      return VerbsError("fcntl(async_fd, O_NONBLOCK)", errno, name);
+    }
+  }
   return context;
+}
+
+SelectedGid Context::gid() const {
+  std::lock_guard<std::mutex> lock(gid_mu_);
+  return gid_;
+}
+
+int Context::async_fd() const {
+  return device_ != nullptr ? device_->async_fd : -1;
+}
+
+AsyncEventCounts Context::async_events() const {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  return events_;
+}
+
+void Context::RegisterListener(AsyncEventListener* listener, const ibv_qp* qp,
+                               const ibv_cq* cq) const {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.push_back({listener, qp != nullptr ? qp->qp_num : 0, cq});
+}
+
+void Context::UnregisterListener(AsyncEventListener* listener) const {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(),
+                                  [listener](const Registered& r) {
+                                    return r.listener == listener;
+                                  }),
+                   listeners_.end());
+}
+
+int Context::PollAsyncEvents() const {
+  std::unique_lock<std::mutex> drain(async_drain_mu_, std::try_to_lock);
+  if (!drain.owns_lock() || device_ == nullptr) return 0;
+  int count = 0;
+  while (true) {
+    ibv_async_event event = {};
+    if (!verbs_.GetAsyncEvent(device_, &event).ok()) break;  // EAGAIN: done
+    // Take what identifies the target, then acknowledge at once: a thread
+    // destroying that QP or CQ waits for the acknowledgement.
+    const ibv_event_type type = event.event_type;
+    uint32_t qp_num = 0;
+    const ibv_cq* cq = nullptr;
+    if (IsQpAsyncEvent(type)) {
+      qp_num = event.element.qp != nullptr ? event.element.qp->qp_num : 0;
+    } else if (type == IBV_EVENT_CQ_ERR) {
+      cq = event.element.cq;
+    }
+    verbs_.AckAsyncEvent(&event);
+    DispatchAsyncEvent(type, qp_num, cq);
+    ++count;
+  }
+  return count;
+}
+
+void Context::DispatchAsyncEvent(ibv_event_type type, uint32_t qp_num,
+                                 const ibv_cq* cq) const {
+  std::vector<AsyncEventListener*> to_fail;
+  bool reselect_gid = false;
+  {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    switch (type) {
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+        ++events_.qp_fatal;
+        for (const Registered& r : listeners_) {
+          if (r.qp_num == qp_num) to_fail.push_back(r.listener);
+        }
+        break;
+      case IBV_EVENT_CQ_ERR:
+        ++events_.cq_error;
+        for (const Registered& r : listeners_) {
+          if (r.cq == cq) to_fail.push_back(r.listener);
+        }
+        break;
+      case IBV_EVENT_PORT_ERR:
+        ++events_.port_error;
+        for (const Registered& r : listeners_) to_fail.push_back(r.listener);
+        break;
+      case IBV_EVENT_DEVICE_FATAL:
+        ++events_.device_fatal;
+        for (const Registered& r : listeners_) to_fail.push_back(r.listener);
+        break;
+      case IBV_EVENT_PORT_ACTIVE:
+        ++events_.port_active;
+        break;
+      case IBV_EVENT_GID_CHANGE:
+        ++events_.gid_change;
+        reselect_gid = true;
+        break;
+      default:
+        ++events_.other;
+        break;
+    }
+    events_.connections_failed += to_fail.size();
+    // Listeners unregister under listeners_mu_ before they go away, and
+    // OnAsyncEvent only stores an atomic and wakes: safe to call here.
+    for (AsyncEventListener* listener : to_fail) listener->OnAsyncEvent(type);
+  }
+  if (reselect_gid) {
+    absl::StatusOr<SelectedGid> gid =
+        SelectGid(verbs_, device_, device_name_, config_.port, port_attr_,
+                  config_.gid_index);
+    if (gid.ok()) {
+      std::lock_guard<std::mutex> lock(gid_mu_);
+      gid_ = *gid;
+    } else {
+      std::fprintf(stderr,
+                   "rdma_transport: %s: GID changed and none is usable now: "
+                   "%s (new connections keep the old GID)\n",
+                   device_name_.c_str(), gid.status().ToString().c_str());
+    }
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    ++events_.gid_reselections;
+  }
 }
 
 Context::~Context() {
@@ -107,7 +233,7 @@ absl::StatusOr<NegotiatedQp> Context::CreateRcQp(const RcQpCaps& caps,
 LocalRoute Context::Route(uint32_t psn) const {
   LocalRoute route;
   route.port = config_.port;
-  route.sgid_index = gid_.index;
+  route.sgid_index = gid().index;
   // RoCE always needs the GRH; InfiniBand only for a traffic class or an
   // explicitly chosen GID.
   route.use_global_route = port_attr_.link_layer != IBV_LINK_LAYER_INFINIBAND ||
@@ -126,7 +252,7 @@ QpEndpoint Context::Endpoint(const ibv_qp* qp, uint32_t psn) const {
   QpEndpoint endpoint;
   endpoint.qp_num = qp->qp_num;
   endpoint.psn = psn & 0xffffff;
-  endpoint.gid = gid_.gid;
+  endpoint.gid = gid().gid;
   endpoint.lid = port_attr_.lid;
   endpoint.port = config_.port;
   endpoint.mtu = mtu_;

@@ -15,8 +15,24 @@
 // them when destroyed; everything created from it (QPs, CQs, MRs) must be
 // destroyed first. It does not own `verbs`, which must outlive it.
 //
+// Asynchronous events. The Context reads the device's async event fd
+// (non-blocking, in a loop) whenever PollAsyncEvents() is called: every
+// Connection calls it from its waits when the fd is readable, so whichever
+// thread makes progress drains it and no thread of our own is needed; an
+// application with no call in flight may call it from its own loop. Each
+// event is acknowledged at once (before any connection's lock is taken, so
+// ibv_destroy_qp never waits on us) and then:
+//   IBV_EVENT_QP_FATAL, _QP_REQ_ERR, _QP_ACCESS_ERR  fail the QP's connection
+//   IBV_EVENT_CQ_ERR                                   fail the CQ's connection
+//   IBV_EVENT_PORT_ERR                                 fail every connection
+//   IBV_EVENT_DEVICE_FATAL                             fail every connection
+//   IBV_EVENT_GID_CHANGE                  choose the GID again for new QPs
+//   anything else                                      counted only
+// with kUnavailable naming the event; async_events() counts them all.
+//
 // Thread-safety: safe for concurrent use after Open(); the accessors return
-// immutable data, CreateRcQp may run on several threads at once.
+// immutable data (gid() a copy, as a GID change may replace it), CreateRcQp
+// and PollAsyncEvents may run on several threads at once.
 //
 // Errors: Open() fails with the verbs error of the failing call, kNotFound
 // for an unknown device or when no usable GID exists, kInvalidArgument for a
@@ -26,8 +42,10 @@
 #define RDMA_TRANSPORT_TRANSPORT_CONTEXT_H_
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "transport/config.h"
@@ -50,6 +68,27 @@ struct RcQpCaps {
   bool signal_all = false;
 };
 
+// Counts of the asynchronous events a Context has read.
+struct AsyncEventCounts {
+  uint64_t qp_fatal = 0;  // QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR
+  uint64_t cq_error = 0;
+  uint64_t port_error = 0;
+  uint64_t port_active = 0;
+  uint64_t device_fatal = 0;
+  uint64_t gid_change = 0;
+  uint64_t other = 0;
+  uint64_t connections_failed = 0;  // connections told to fail
+  uint64_t gid_reselections = 0;    // GID choices made again
+};
+
+// What a Context tells a connection when an async event concerns it.
+class AsyncEventListener {
+ public:
+  virtual ~AsyncEventListener() = default;
+  // Called with no lock of the Context held; must not block.
+  virtual void OnAsyncEvent(ibv_event_type type) = 0;
+};
+
 class Context {
  public:
   static absl::StatusOr<std::unique_ptr<Context>> Open(
@@ -61,12 +100,14 @@ class Context {
   ~Context();
 
   Verbs& verbs() const { return verbs_; }
+  // The clock, waits and setup channel of this device (verbs.env()).
+  Env& env() const { return verbs_.env(); }
   const std::string& device_name() const { return device_name_; }
   ibv_context* device() const { return device_; }
   ibv_pd* pd() const { return pd_; }
   const ibv_device_attr& device_attr() const { return device_attr_; }
   const ibv_port_attr& port_attr() const { return port_attr_; }
-  const SelectedGid& gid() const { return gid_; }
+  SelectedGid gid() const;
   const TransportConfig& config() const { return config_; }
   // The largest path MTU this side accepts, in bytes: the smaller of MC_MTU
   // and the port's active MTU.
@@ -93,11 +134,26 @@ class Context {
   absl::Status ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
                            const QpEndpoint& remote) const;
 
+  // Reads and dispatches every pending async event (see above); returns how
+  // many. Never blocks; a concurrent call returns 0 at once.
+  int PollAsyncEvents() const;
+  // The device's async event fd (readable while events wait), or -1.
+  int async_fd() const;
+  AsyncEventCounts async_events() const;
+
+  // Connections register their QP and CQ to hear about events on them.
+  void RegisterListener(AsyncEventListener* listener, const ibv_qp* qp,
+                        const ibv_cq* cq) const;
+  void UnregisterListener(AsyncEventListener* listener) const;
+
  private:
   Context(Verbs& verbs, std::string device_name, TransportConfig config)
       : verbs_(verbs),
         device_name_(std::move(device_name)),
         config_(std::move(config)) {}
+
+  void DispatchAsyncEvent(ibv_event_type type, uint32_t qp_num,
+                          const ibv_cq* cq) const;
 
   Verbs& verbs_;
   const std::string device_name_;
@@ -106,7 +162,18 @@ class Context {
   ibv_pd* pd_ = nullptr;
   ibv_device_attr device_attr_ = {};
   ibv_port_attr port_attr_ = {};
-  SelectedGid gid_;
+  mutable std::mutex gid_mu_;
+  mutable SelectedGid gid_;  // guarded by gid_mu_
+
+  struct Registered {
+    AsyncEventListener* listener;
+    uint32_t qp_num;
+    const ibv_cq* cq;
+  };
+  mutable std::mutex async_drain_mu_;  // one drainer at a time
+  mutable std::mutex listeners_mu_;    // guards listeners_, events_
+  mutable std::vector<Registered> listeners_;
+  mutable AsyncEventCounts events_;
   int mtu_ = 0;
   mutable InlineSizeCache inline_cache_;
 };

@@ -75,8 +75,15 @@ class ContextTest : public ::testing::Test {
     return Context::Open(verbs_, "mlx5_0", config);
   }
 
+  static ibv_context NoAsyncFd() {
+    ibv_context context = {};
+    context.async_fd = -1;
+    return context;
+  }
+
   NiceMock<MockVerbs> verbs_;
-  ibv_context device_ = {};
+  // No async event fd: the Context must not touch one it has not got.
+  ibv_context device_ = NoAsyncFd();
   ibv_pd pd_ = {};
   ibv_device_attr device_attr_ = {};
   ibv_port_attr port_attr_ = {};

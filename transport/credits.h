@@ -11,9 +11,14 @@
 //  - piggybacked in the immediate data of every data message it sends, and
 //  - when it owes at least `batch` credits (half the ring by default) and has
 //    no data to carry them, in a zero-length credit message.
-// The last credit is kept for control messages (credit returns and close):
-// data may not spend it. Without that reserve, two sides that have each
-// filled the other's ring could never tell each other they have drained it.
+// Two credits are kept in reserve: data may not spend them; a credit return
+// may spend the first, the close message the last. Without the first, two
+// sides that have each filled the other's ring could never tell each other
+// they have drained it; without the second, credit returns could take the
+// credit the close message needs and a closing side would wait on a dead
+// peer. The credit batch must stay <= recv_slots - 2 (data can leave at most
+// that many credits owed), which kMinRecvSlots = 4 and the default batch of
+// half the ring keep.
 //
 // Immediate data (32 bits, host order here; network order on the wire):
 //   bits 31..30  kind: 0 data, 1 credit, 2 close
@@ -48,9 +53,12 @@ class SendCredits {
   explicit SendCredits(uint32_t initial = 0) : available_(initial) {}
 
   uint32_t available() const { return available_; }
-  // Data needs two: the one it spends and the reserve that must remain.
-  bool CanSendData() const { return available_ >= 2; }
-  bool CanSendControl() const { return available_ >= 1; }
+  // Data needs three: the one it spends and two in reserve. A credit
+  // return needs two: the one it spends and the close message's. The close
+  // message needs one, which nothing else may take.
+  bool CanSendData() const { return available_ >= 3; }
+  bool CanSendCreditReturn() const { return available_ >= 2; }
+  bool CanSendClose() const { return available_ >= 1; }
   void Spend() { --available_; }
   void Return(uint32_t credits) { available_ += credits; }
 

@@ -1,30 +1,27 @@
 // File: transport/deadline.h
 //
-// Deadlines for calls that wait: a point on the steady clock. Plain values,
+// Deadlines for calls that wait: a point on an Env's clock (verbs_shim/env.h).
+// On real devices that is the steady clock and DeadlineIn() below is enough;
+// on a simulated fabric time is virtual: take deadlines from the Env the
+// connection runs on, `context.env().DeadlineIn(...)`. Plain values,
 // thread-safe.
 //
-//   absl::StatusOr<size_t> n = connection.Receive(buffer,
-//   DeadlineIn(std::chrono::seconds(5)));
+//   absl::StatusOr<size_t> n =
+//       connection.Receive(buffer, env.DeadlineIn(std::chrono::seconds(5)));
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_DEADLINE_H_
 #define RDMA_TRANSPORT_TRANSPORT_DEADLINE_H_
 
 #include <chrono>
 
+#include "verbs_shim/env.h"
+
 namespace rdma_transport {
 
-using Clock = std::chrono::steady_clock;
-using Deadline = Clock::time_point;
-
+// A deadline `timeout` from now on the real clock (Env::Real()).
 inline Deadline DeadlineIn(Clock::duration timeout) {
-  return Clock::now() + timeout;
+  return Env::Real().DeadlineIn(timeout);
 }
-
-inline constexpr Deadline kNoDeadline = Deadline::max();
-
-// Milliseconds left until `deadline`, rounded up, clamped to 0..INT_MAX, or
-// -1 (wait forever) for kNoDeadline: the `timeout` argument of poll(2).
-int PollTimeoutMs(Deadline deadline);
 
 }  // namespace rdma_transport
 

@@ -223,6 +223,7 @@ class Reader {
   uint8_t U8() { return static_cast<uint8_t>(Take(1)); }
   uint16_t U16() { return static_cast<uint16_t>(Take(2)); }
   uint32_t U32() { return static_cast<uint32_t>(Take(4)); }
+  uint64_t U64() { return Take(8); }
   std::span<const uint8_t> Bytes(size_t n) {
     if (n > bytes_.size() - offset_) {
       failed_ = true;
@@ -259,6 +260,10 @@ class Writer {
     U16(static_cast<uint16_t>(v >> 16));
     U16(static_cast<uint16_t>(v));
   }
+  void U64(uint64_t v) {
+    U32(static_cast<uint32_t>(v >> 32));
+    U32(static_cast<uint32_t>(v));
+  }
   void Bytes(std::span<const uint8_t> bytes) {
     out_.insert(out_.end(), bytes.begin(), bytes.end());
   }
@@ -290,6 +295,9 @@ absl::StatusOr<HandshakeMessage> DecodeEndpointBody(
   const uint16_t reserved_after_mtu = reader.U16();
   message.recv_slots = reader.U32();
   message.slot_size = reader.U32();
+  message.probe_address = reader.U64();
+  message.probe_rkey = reader.U32();
+  const uint32_t reserved_after_probe = reader.U32();
   const uint16_t token_len = reader.U16();
   const uint16_t reserved_after_token_len = reader.U16();
   if (reader.failed()) {
@@ -311,6 +319,11 @@ absl::StatusOr<HandshakeMessage> DecodeEndpointBody(
   }
   if (absl::Status status =
           CheckReserved(type, "reserved u16 after mtu", reserved_after_mtu);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CheckReserved(type, "reserved u32 after probe_rkey",
+                                          reserved_after_probe);
       !status.ok()) {
     return status;
   }
@@ -437,6 +450,9 @@ absl::StatusOr<std::vector<uint8_t>> EncodeHandshake(
       writer.U16(0);
       writer.U32(message.recv_slots);
       writer.U32(message.slot_size);
+      writer.U64(message.probe_address);
+      writer.U32(message.probe_rkey);
+      writer.U32(0);
       writer.U16(static_cast<uint16_t>(message.token.size()));
       writer.U16(0);
       writer.Bytes(AsBytes(message.token));

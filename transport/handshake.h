@@ -11,7 +11,7 @@
 //                   3 READY (client -> server), 4 REJECT (either way)
 //     flags    u8   0
 //     length   u32  length of the body that follows, <= kMaxHandshakeBody
-//   HELLO / ACCEPT body (kEndpointBodySize = 44 fixed bytes, then the token)
+//   HELLO / ACCEPT body (kEndpointBodySize = 60 fixed bytes, then the token)
 //     qp_num      u32  1..0xFFFFFF
 //     psn         u32  0..0xFFFFFF
 //     gid         16 bytes
@@ -23,6 +23,9 @@
 //     recv_slots  u32  kMinRecvSlots..kMaxRecvSlots: receive WRs posted
 //     slot_size   u32  0..kMaxSlotSize: largest message a slot holds (0: only
 //                      empty messages)
+//     probe_addr  u64  where the peer's keepalive probes write one byte
+//     probe_rkey  u32  its rkey (both 0: no probe slot; zero-byte probes)
+//     reserved    u32  0
 //     token_len   u16  0..kMaxTokenLength (HELLO only; ACCEPT carries 0)
 //     reserved    u16  0
 //     token       token_len bytes, arbitrary binary
@@ -35,15 +38,15 @@
 // REJECT and closes); the client brings its QP to RTS, posts its receives and
 // sends READY, after which both may send.
 //
-// A REJECT is always sent with a version-1 header, so a peer speaking a newer
-// version can still read why it was refused.
+// Version 2 added the probe slot (version 1 had a 44-byte body without it);
+// a peer speaking another version is refused with a reason naming both.
 //
 // Decoding is strict: wrong magic or version, an unknown type, non-zero
 // flags or reserved fields, a body longer than kMaxHandshakeBody, a body
 // whose length is not exactly what its fields need, truncated input, and any
 // value out of its range fail with kInvalidArgument naming the field and the
 // value. DecodeHandshakeHeader already checks the body length its type allows
-// (READY 0, ACCEPT 44, HELLO 44..300, REJECT 3..514), so a stream reader
+// (READY 0, ACCEPT 60, HELLO 60..316, REJECT 3..514), so a stream reader
 // refuses an absurd length before waiting for the body. EncodeHandshake
 // ignores the fields a type does not carry (the endpoint of READY and
 // REJECT) and refuses a token on anything but HELLO or a reason on anything
@@ -66,13 +69,13 @@
 namespace rdma_transport {
 
 inline constexpr uint32_t kHandshakeMagic = 0x52445450;  // "RDTP"
-inline constexpr uint16_t kHandshakeVersion = 1;
+inline constexpr uint16_t kHandshakeVersion = 2;
 inline constexpr size_t kHandshakeHeaderSize = 12;
-inline constexpr size_t kEndpointBodySize = 44;
+inline constexpr size_t kEndpointBodySize = 60;
 inline constexpr size_t kMaxHandshakeBody = 1024;
 inline constexpr size_t kMaxTokenLength = 256;
 inline constexpr size_t kMaxReasonLength = 512;
-inline constexpr uint32_t kMinRecvSlots = 2;
+inline constexpr uint32_t kMinRecvSlots = 4;
 inline constexpr uint32_t kMaxRecvSlots = 65535;
 inline constexpr uint32_t kMaxSlotSize = 16u << 20;  // 16 MiB
 
@@ -91,6 +94,8 @@ struct HandshakeMessage {
   QpEndpoint endpoint;
   uint32_t recv_slots = 0;
   uint32_t slot_size = 0;
+  uint64_t probe_address = 0;
+  uint32_t probe_rkey = 0;
   std::string token;  // HELLO only
   // REJECT only.
   std::string reason;

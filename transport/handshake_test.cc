@@ -30,9 +30,11 @@ constexpr size_t kMtuAt = 40;
 constexpr size_t kReservedAfterMtuAt = 42;
 constexpr size_t kRecvSlotsAt = 44;
 constexpr size_t kSlotSizeAt = 48;
-constexpr size_t kTokenLenAt = 52;
-constexpr size_t kReservedAfterTokenLenAt = 54;
-constexpr size_t kTokenAt = 56;
+constexpr size_t kProbeAddressAt = 52;
+constexpr size_t kReservedAfterProbeAt = 64;
+constexpr size_t kTokenLenAt = 68;
+constexpr size_t kReservedAfterTokenLenAt = 70;
+constexpr size_t kTokenAt = 72;
 // In a REJECT frame.
 constexpr size_t kReasonLenAt = 12;
 constexpr size_t kReasonAt = 14;
@@ -53,13 +55,15 @@ HandshakeMessage GoldenHello() {
   hello.endpoint.mtu = 4096;
   hello.recv_slots = 128;
   hello.slot_size = 65536;
+  hello.probe_address = 0x0102030405060708;
+  hello.probe_rkey = 0xa1b2c3d4;
   hello.token = std::string("k\0y", 3);  // tokens are binary
   return hello;
 }
 
 const std::vector<uint8_t> kGoldenHelloBytes = {
-    // header: magic "RDTP", version 1, type HELLO, flags 0, length 47
-    0x52, 0x44, 0x54, 0x50, 0x00, 0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2f,
+    // header: magic "RDTP", version 2, type HELLO, flags 0, length 63
+    0x52, 0x44, 0x54, 0x50, 0x00, 0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x3f,
     // qp_num, psn
     0x00, 0x12, 0x34, 0x56, 0x00, 0xab, 0xcd, 0xef,
     // gid
@@ -69,6 +73,9 @@ const std::vector<uint8_t> kGoldenHelloBytes = {
     0x01, 0x02, 0x01, 0x00, 0x10, 0x00, 0x00, 0x00,
     // recv_slots, slot_size
     0x00, 0x00, 0x00, 0x80, 0x00, 0x01, 0x00, 0x00,
+    // probe_addr, probe_rkey, reserved
+    0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0xa1, 0xb2, 0xc3, 0xd4,
+    0x00, 0x00, 0x00, 0x00,
     // token_len, reserved, token
     0x00, 0x03, 0x00, 0x00, 0x6b, 0x00, 0x79};
 
@@ -112,6 +119,8 @@ void ExpectSameMessage(const HandshakeMessage& a, const HandshakeMessage& b) {
   EXPECT_EQ(a.endpoint.mtu, b.endpoint.mtu);
   EXPECT_EQ(a.recv_slots, b.recv_slots);
   EXPECT_EQ(a.slot_size, b.slot_size);
+  EXPECT_EQ(a.probe_address, b.probe_address);
+  EXPECT_EQ(a.probe_rkey, b.probe_rkey);
   EXPECT_EQ(a.token, b.token);
   EXPECT_EQ(a.reason, b.reason);
 }
@@ -185,7 +194,7 @@ TEST(HandshakeTest, EveryTypeRoundTrips) {
 
 TEST(HandshakeTest, FrameSizes) {
   EXPECT_EQ(Encode(Ready()).size(), kHandshakeHeaderSize);
-  EXPECT_EQ(Encode(Accept()).size(), kHandshakeHeaderSize + 44);
+  EXPECT_EQ(Encode(Accept()).size(), kHandshakeHeaderSize + 60);
   EXPECT_EQ(Encode(Reject("no")).size(), kHandshakeHeaderSize + 2 + 2);
 }
 
@@ -195,7 +204,7 @@ TEST(HandshakeTest, HeaderThenBodyAsAStreamReaderWould) {
       DecodeHandshakeHeader(frame.first(kHandshakeHeaderSize));
   ASSERT_TRUE(header.ok()) << header.status();
   EXPECT_EQ(header->type, HandshakeType::kHello);
-  EXPECT_EQ(header->body_length, 47u);
+  EXPECT_EQ(header->body_length, 63u);
   absl::StatusOr<HandshakeMessage> message =
       DecodeHandshakeBody(*header, frame.subspan(kHandshakeHeaderSize));
   ASSERT_TRUE(message.ok()) << message.status();
@@ -301,8 +310,8 @@ INSTANTIATE_TEST_SUITE_P(
                  [] { return Hello([](auto& b) { Put32(b, 0, 0x00000001); }); },
                  "bad magic 0x00000001 (expected 0x52445450 \"RDTP\")"},
         BadFrame{"Version",
-                 [] { return Hello([](auto& b) { Put16(b, kVersionAt, 2); }); },
-                 "handshake: peer speaks version 2, this side speaks 1"},
+                 [] { return Hello([](auto& b) { Put16(b, kVersionAt, 1); }); },
+                 "handshake: peer speaks version 1, this side speaks 2"},
         BadFrame{"TypeZero",
                  [] { return Hello([](auto& b) { b[kTypeAt] = 0; }); },
                  "handshake: unknown type 0"},
@@ -328,7 +337,7 @@ INSTANTIATE_TEST_SUITE_P(
                      FixLength(b);
                    });
                  },
-                 "handshake ACCEPT: body is 43 bytes, its fields need 44"},
+                 "handshake ACCEPT: body is 59 bytes, its fields need 60"},
         BadFrame{"AcceptBodyLong",
                  [] {
                    return AcceptBytes([](auto& b) {
@@ -336,25 +345,25 @@ INSTANTIATE_TEST_SUITE_P(
                      FixLength(b);
                    });
                  },
-                 "handshake ACCEPT: body is 45 bytes, its fields need 44"},
+                 "handshake ACCEPT: body is 61 bytes, its fields need 60"},
         BadFrame{"HelloBodyShort",
                  [] {
                    return Hello([](auto& b) {
-                     b.resize(kHandshakeHeaderSize + 43);
+                     b.resize(kHandshakeHeaderSize + 59);
                      FixLength(b);
                    });
                  },
-                 "handshake HELLO: body is 43 bytes, its fields need at least "
-                 "44"},
+                 "handshake HELLO: body is 59 bytes, its fields need at least "
+                 "60"},
         BadFrame{"HelloBodyLongerThanAnyToken",
                  [] {
                    return Hello([](auto& b) {
-                     b.resize(kHandshakeHeaderSize + 44 + 257);
+                     b.resize(kHandshakeHeaderSize + 60 + 257);
                      FixLength(b);
                    });
                  },
-                 "handshake HELLO: body is 301 bytes, its fields need at most "
-                 "300"},
+                 "handshake HELLO: body is 317 bytes, its fields need at most "
+                 "316"},
         BadFrame{"HelloBodyLongerThanTokenLen",
                  [] {
                    return Hello([](auto& b) {
@@ -362,7 +371,7 @@ INSTANTIATE_TEST_SUITE_P(
                      FixLength(b);
                    });
                  },
-                 "handshake HELLO: body is 48 bytes, its fields need 47 (44 + "
+                 "handshake HELLO: body is 64 bytes, its fields need 63 (60 + "
                  "token_len 3)"},
         BadFrame{
             "HelloTokenLenTooLong",
@@ -376,7 +385,7 @@ INSTANTIATE_TEST_SUITE_P(
                      FixLength(b);
                    });
                  },
-                 "handshake ACCEPT: body is 48 bytes, its fields need 44"},
+                 "handshake ACCEPT: body is 64 bytes, its fields need 60"},
         BadFrame{"AcceptTokenLenNonZero",
                  [] {
                    return AcceptBytes(
@@ -421,12 +430,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadFrame{
             "RecvSlotsTooFew",
             [] { return Hello([](auto& b) { Put32(b, kRecvSlotsAt, 1); }); },
-            "handshake HELLO: recv_slots 1 out of range 2..65535"},
+            "handshake HELLO: recv_slots 1 out of range 4..65535"},
         BadFrame{"RecvSlotsTooMany",
                  [] {
                    return Hello([](auto& b) { Put32(b, kRecvSlotsAt, 65536); });
                  },
-                 "handshake HELLO: recv_slots 65536 out of range 2..65535"},
+                 "handshake HELLO: recv_slots 65536 out of range 4..65535"},
         BadFrame{"SlotSizeTooLarge",
                  [] {
                    return Hello([](auto& b) {
@@ -509,12 +518,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "handshake: truncated header: 0 of 12 bytes"},
         BadFrame{"TruncatedBody",
                  [] { return Hello([](auto& b) { b.resize(20); }); },
-                 "handshake HELLO: truncated body: 8 of 47 bytes"},
+                 "handshake HELLO: truncated body: 8 of 63 bytes"},
         BadFrame{"TrailingBytes",
                  [] {
                    return Hello([](auto& b) { b.insert(b.end(), {0, 0, 0}); });
                  },
-                 "handshake HELLO: 3 trailing bytes after the 59-byte frame"},
+                 "handshake HELLO: 3 trailing bytes after the 75-byte frame"},
         BadFrame{"SecondFrameAfterTheFirst",
                  [] {
                    std::vector<uint8_t> b = Encode(Ready());
@@ -544,11 +553,11 @@ TEST(HandshakeTest, HeaderRefusesABadLengthBeforeTheBodyArrives) {
 
 TEST(HandshakeTest, BodyMustMatchTheHeadersLength) {
   std::span<const uint8_t> frame(kGoldenHelloBytes);
-  HandshakeHeader header{HandshakeType::kHello, 47};
+  HandshakeHeader header{HandshakeType::kHello, 63};
   EXPECT_TRUE(IsInvalid(
       DecodeHandshakeBody(header, frame.subspan(kHandshakeHeaderSize + 1))
           .status(),
-      "handshake HELLO: body is 46 bytes but the header says 47"));
+      "handshake HELLO: body is 62 bytes but the header says 63"));
   // A header the caller made up is checked like a decoded one.
   header = {static_cast<HandshakeType>(0), 0};
   EXPECT_TRUE(IsInvalid(DecodeHandshakeBody(header, {}).status(),
@@ -557,7 +566,7 @@ TEST(HandshakeTest, BodyMustMatchTheHeadersLength) {
   EXPECT_TRUE(IsInvalid(
       DecodeHandshakeBody(header, frame.subspan(kHandshakeHeaderSize, 40))
           .status(),
-      "handshake ACCEPT: body is 40 bytes, its fields need 44"));
+      "handshake ACCEPT: body is 40 bytes, its fields need 60"));
 }
 
 TEST(HandshakeTest, EveryTruncationFailsCleanly) {
@@ -582,7 +591,7 @@ TEST(HandshakeTest, TrailingBytesFail) {
     std::vector<uint8_t> bytes = kGoldenHelloBytes;
     bytes.resize(bytes.size() + extra, 0);
     EXPECT_TRUE(IsInvalid(DecodeHandshakeFrame(bytes).status(),
-                          "trailing bytes after the 59-byte frame"));
+                          "trailing bytes after the 75-byte frame"));
   }
 }
 
@@ -683,7 +692,7 @@ INSTANTIATE_TEST_SUITE_P(
             "handshake HELLO: mtu 65536 is not one of"},
         BadMessage{"RecvSlotsZero",
                    [] { return HelloWith([](auto& m) { m.recv_slots = 0; }); },
-                   "handshake HELLO: recv_slots 0 out of range 2..65535"},
+                   "handshake HELLO: recv_slots 0 out of range 4..65535"},
         BadMessage{"SlotSizeTooLarge",
                    [] {
                      return HelloWith(

@@ -33,9 +33,20 @@ class ConnectionSetup {
   static QpEndpoint LocalEndpoint(const Connection& connection) {
     return connection.LocalEndpoint();
   }
+  static RemoteRegion ProbeTarget(const Connection& connection) {
+    return connection.ProbeTarget();
+  }
   static absl::Status Establish(Connection& connection,
                                 const HandshakeMessage& peer) {
-    return connection.Establish(peer.endpoint, peer.recv_slots, peer.slot_size);
+    RemoteRegion probe;
+    probe.address = peer.probe_address;
+    probe.rkey = peer.probe_rkey;
+    probe.length = peer.probe_rkey != 0 ? 1 : 0;
+    return connection.Establish(peer.endpoint, peer.recv_slots, peer.slot_size,
+                                probe);
+  }
+  static void AdoptSetupStream(Connection& connection, Socket stream) {
+    connection.AdoptSetupStream(std::move(stream));
   }
 };
 
@@ -61,34 +72,34 @@ HandshakeMessage OfferFor(const Connection& connection,
   message.endpoint = ConnectionSetup::LocalEndpoint(connection);
   message.recv_slots = options.recv_slots;
   message.slot_size = options.max_message_size;
+  const RemoteRegion probe = ConnectionSetup::ProbeTarget(connection);
+  message.probe_address = probe.address;
+  message.probe_rkey = probe.rkey;
   if (type == HandshakeType::kHello) message.token = options.token;
   return message;
 }
 
-absl::Status SendFrame(int fd, const HandshakeMessage& message,
+absl::Status SendFrame(Env& env, int fd, const HandshakeMessage& message,
                        Deadline deadline) {
   absl::StatusOr<std::vector<uint8_t>> frame = EncodeHandshake(message);
   if (!frame.ok()) return frame.status();
-  return WriteAll(fd, *frame, deadline);
+  return WriteAll(env, fd, *frame, deadline);
 }
 
-absl::StatusOr<HandshakeMessage> ReceiveFrame(int fd, Deadline deadline) {
+absl::StatusOr<HandshakeMessage> ReceiveFrame(Env& env, int fd,
+                                              Deadline deadline) {
   uint8_t header_bytes[kHandshakeHeaderSize];
-  if (absl::Status status = ReadExact(fd, header_bytes, deadline);
+  if (absl::Status status = ReadExact(env, fd, header_bytes, deadline);
       !status.ok()) {
     return WithContext(status, "handshake");
   }
   absl::StatusOr<HandshakeHeader> header = DecodeHandshakeHeader(header_bytes);
   if (!header.ok()) return header.status();
   std::vector<uint8_t> body(header->body_length);
-  if (absl::Status status = ReadExact(fd, body, deadline); !status.ok()) {
+  if (absl::Status status = ReadExact(env, fd, body, deadline); !status.ok()) {
     return WithContext(status, "handshake");
   }
   return DecodeHandshakeBody(*header, body);
-}
-
-std::string AddressOf(absl::StatusOr<SocketAddress> address) {
-  return address.ok() ? FormatSocketAddress(*address) : "<unknown>";
 }
 
 }  // namespace
@@ -96,36 +107,36 @@ std::string AddressOf(absl::StatusOr<SocketAddress> address) {
 absl::StatusOr<std::unique_ptr<Connection>> Connect(
     const Context& context, std::string_view address,
     const ConnectionOptions& options) {
-  const Deadline deadline = DeadlineIn(options.handshake_timeout);
-  absl::StatusOr<SocketAddress> server = ResolveTcpAddress(address);
-  if (!server.ok()) return server.status();
-  // The QP and rings first: HELLO then follows the TCP connect at once, so
-  // a listener under a flood hears this peer before it picks sockets to
-  // drop.
+  Env& env = context.env();
+  const Deadline deadline = env.DeadlineIn(options.handshake_timeout);
+  // The QP and rings first: HELLO then follows the connect at once, so a
+  // listener under a flood hears this peer before it picks sockets to drop.
   absl::StatusOr<std::unique_ptr<Connection>> connection =
       ConnectionSetup::Create(
           context, options,
           options.name.empty()
-              ? absl::StrCat("connection -> ", FormatSocketAddress(*server))
+              ? absl::StrCat("connection -> ", std::string(address))
               : options.name);
   if (!connection.ok()) return connection.status();
-  absl::StatusOr<Socket> socket = TcpConnect(*server, deadline);
-  if (!socket.ok()) return socket.status();
+  absl::StatusOr<SetupStream> stream =
+      SetupNetworkOf(env).Connect(env, address, deadline);
+  if (!stream.ok()) return stream.status();
+  Socket socket(stream->fd);
   if (options.name.empty()) {
     ConnectionSetup::Rename(
-        **connection,
-        absl::StrCat("connection ", AddressOf(LocalAddress(socket->fd())),
-                     " -> ", FormatSocketAddress(*server)));
+        **connection, absl::StrCat("connection ", stream->local_address, " -> ",
+                                   stream->peer_address));
   }
   const std::string name = (*connection)->name();
 
   if (absl::Status status = SendFrame(
-          socket->fd(), OfferFor(**connection, options, HandshakeType::kHello),
-          deadline);
+          env, socket.fd(),
+          OfferFor(**connection, options, HandshakeType::kHello), deadline);
       !status.ok()) {
     return WithContext(status, name);
   }
-  absl::StatusOr<HandshakeMessage> reply = ReceiveFrame(socket->fd(), deadline);
+  absl::StatusOr<HandshakeMessage> reply =
+      ReceiveFrame(env, socket.fd(), deadline);
   if (!reply.ok()) return WithContext(reply.status(), name);
   if (reply->type == HandshakeType::kReject) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -142,10 +153,12 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
   }
   HandshakeMessage ready;
   ready.type = HandshakeType::kReady;
-  if (absl::Status status = SendFrame(socket->fd(), ready, deadline);
+  if (absl::Status status = SendFrame(env, socket.fd(), ready, deadline);
       !status.ok()) {
     return WithContext(status, name);
   }
+  // Kept open: its EOF is how the server learns that this process is gone.
+  ConnectionSetup::AdoptSetupStream(**connection, std::move(socket));
   return connection;
 }
 
@@ -163,25 +176,28 @@ struct Listener::Pending {
 absl::StatusOr<std::unique_ptr<Listener>> Listener::Create(
     const Context& context, std::string_view address,
     const ConnectionOptions& options, const ListenerOptions& listener_options) {
-  absl::StatusOr<SocketAddress> resolved = ResolveTcpAddress(address);
-  if (!resolved.ok()) return resolved.status();
-  absl::StatusOr<Socket> socket =
-      TcpListen(*resolved, listener_options.backlog);
-  if (!socket.ok()) return socket.status();
+  SetupNetwork& network = SetupNetworkOf(context.env());
+  absl::StatusOr<SetupListener> listening =
+      network.Listen(address, listener_options.backlog);
+  if (!listening.ok()) return listening.status();
   std::unique_ptr<Listener> listener(
       new Listener(context, options, listener_options));
-  listener->address_ = AddressOf(LocalAddress(socket->fd()));
-  listener->socket_ = *std::move(socket);
+  listener->address_ = listening->address;
+  listener->listen_fd_ = listening->fd;
   return listener;
 }
 
 Listener::Listener(const Context& context, const ConnectionOptions& options,
                    const ListenerOptions& listener_options)
     : context_(context),
+      env_(context.env()),
+      network_(SetupNetworkOf(context.env())),
       options_(options),
       listener_options_(listener_options) {}
 
-Listener::~Listener() = default;
+Listener::~Listener() {
+  if (listen_fd_ >= 0) network_.CloseListener(listen_fd_);
+}
 
 ListenerStats Listener::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
@@ -207,8 +223,8 @@ void Listener::Reject(Pending& pending, const std::string& reason) {
     if (c < 0x20 || c > 0x7e) c = '?';
   }
   // Best effort: the peer may be gone or not reading.
-  (void)SendFrame(pending.socket.fd(), reject,
-                  DeadlineIn(std::chrono::milliseconds(100)));
+  (void)SendFrame(env_, pending.socket.fd(), reject,
+                  env_.DeadlineIn(std::chrono::milliseconds(100)));
   Forget(pending, &ListenerStats::rejected, reason);
 }
 
@@ -247,20 +263,14 @@ void Listener::AcceptNewSockets() {
   // At most a table's worth per round, so the handshakes already pending are
   // served between bursts of a flood.
   for (size_t i = 0; i < listener_options_.max_pending_handshakes; ++i) {
-    sockaddr_storage peer = {};
-    socklen_t length = sizeof(peer);
-    int fd = accept4(socket_.fd(), reinterpret_cast<sockaddr*>(&peer), &length,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN (drained) or a transient error
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    absl::StatusOr<std::optional<SetupStream>> stream =
+        network_.Accept(listen_fd_);
+    // Drained, or a transient error (counted by nothing: try next round).
+    if (!stream.ok() || !stream->has_value()) return;
     auto pending = std::make_unique<Pending>();
-    pending->socket = Socket(fd);
-    SocketAddress address;
-    address.storage = peer;
-    address.length = length;
-    pending->peer = FormatSocketAddress(address);
-    pending->deadline = DeadlineIn(options_.handshake_timeout);
+    pending->socket = Socket((*stream)->fd);
+    pending->peer = (*stream)->peer_address;
+    pending->deadline = env_.DeadlineIn(options_.handshake_timeout);
     if (pending_.size() >= listener_options_.max_pending_handshakes) {
       auto victim = ChooseVictim();
       if (victim == pending_.end()) {
@@ -321,7 +331,9 @@ std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.accepted;
     }
-    pending.socket.Close();
+    // Kept open: its EOF is how this side learns the client process is gone.
+    ConnectionSetup::AdoptSetupStream(*pending.connection,
+                                      std::move(pending.socket));
     return std::move(pending.connection);
   }
 
@@ -350,7 +362,7 @@ std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
     return nullptr;
   }
   if (absl::Status status =
-          SendFrame(pending.socket.fd(),
+          SendFrame(env_, pending.socket.fd(),
                     OfferFor(**connection, options_, HandshakeType::kAccept),
                     pending.deadline);
       !status.ok()) {
@@ -367,7 +379,8 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(
   std::vector<pollfd> fds;
   while (true) {
     // Expire silent handshakes.
-    const Clock::time_point now = Clock::now();
+    const uint64_t token = env_.PrepareWait();
+    const Deadline now = env_.Now();
     for (auto it = pending_.begin(); it != pending_.end();) {
       if ((*it)->deadline <= now) {
         Forget(**it, &ListenerStats::timed_out,
@@ -381,15 +394,12 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(
 
     Deadline wake = deadline;
     fds.clear();
-    fds.push_back({socket_.fd(), POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
     for (const auto& pending : pending_) {
       fds.push_back({pending->socket.fd(), POLLIN, 0});
       wake = std::min(wake, pending->deadline);
     }
-    int ready = poll(fds.data(), fds.size(), PollTimeoutMs(wake));
-    if (ready < 0 && errno != EINTR) {
-      return VerbsError("poll", errno, "listener");
-    }
+    const int ready = env_.Wait(token, fds, wake, WaitKind::kBlock);
     if (ready > 0) {
       // Handshakes first (their sockets are fds[1..]), then new sockets.
       const size_t count = pending_.size();
@@ -409,7 +419,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(
       if (established != nullptr) return established;
       if (fds[0].revents & POLLIN) AcceptNewSockets();
     }
-    if (Clock::now() >= deadline) {
+    if (env_.Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "no connection accepted on ", address_, " before the deadline (",
           pending_.size(), " handshakes pending)"));

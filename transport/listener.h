@@ -1,8 +1,12 @@
 // File: transport/listener.h
 //
 // Making connections: a Listener on a TCP address accepts them, Connect()
-// dials one. Both run the handshake of handshake.h over TCP and bring the RC
-// QPs up with the Context's traffic class, service level and MTU.
+// dials one. Both run the handshake of handshake.h over the Context's setup
+// channel (TCP; on a virtual-time simulator its in-memory network, see
+// sim/sim_env.h), wait through the Context's Env, and bring the RC QPs up
+// with the Context's traffic class, service level and MTU. The setup stream
+// stays open for the connection's life: when the peer's process dies, the
+// kernel closes it and the connection fails at once (connection.h).
 //
 //   absl::StatusOr<std::unique_ptr<Listener>> listener =
 //       Listener::Create(server_context, "0.0.0.0:18515", options);
@@ -115,9 +119,11 @@ class Listener {
               const std::string& reason);
 
   const Context& context_;
+  Env& env_;
+  SetupNetwork& network_;
   const ConnectionOptions options_;
   const ListenerOptions listener_options_;
-  Socket socket_;
+  int listen_fd_ = -1;
   std::string address_;
   std::deque<std::unique_ptr<Pending>> pending_;
 

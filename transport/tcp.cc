@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,19 +25,79 @@ absl::Status ErrnoError(std::string_view call, int error) {
 }
 
 // Waits until `fd` has `events`; kDeadlineExceeded when the deadline passes.
-absl::Status WaitFor(int fd, short events, Deadline deadline,
+absl::Status WaitFor(Env& env, int fd, short events, Deadline deadline,
                      std::string_view what) {
   while (true) {
     pollfd entry = {fd, events, 0};
-    int ready = poll(&entry, 1, PollTimeoutMs(deadline));
-    if (ready > 0) return absl::OkStatus();
-    if (ready == 0) {
+    const uint64_t token = env.PrepareWait();
+    if (env.Wait(token, {&entry, 1}, deadline, WaitKind::kBlock) > 0) {
+      return absl::OkStatus();
+    }
+    if (env.Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("timed out ", std::string(what)));
     }
-    if (errno != EINTR) return ErrnoError("poll", errno);
   }
 }
+
+// Real TCP: the default SetupNetwork.
+class TcpSetupNetwork final : public SetupNetwork {
+ public:
+  absl::StatusOr<SetupListener> Listen(std::string_view address,
+                                       int backlog) override {
+    absl::StatusOr<SocketAddress> resolved = ResolveTcpAddress(address);
+    if (!resolved.ok()) return resolved.status();
+    absl::StatusOr<Socket> socket = TcpListen(*resolved, backlog);
+    if (!socket.ok()) return socket.status();
+    absl::StatusOr<SocketAddress> bound = LocalAddress(socket->fd());
+    std::string text =
+        bound.ok() ? FormatSocketAddress(*bound) : std::string(address);
+    return SetupListener{socket->Release(), std::move(text)};
+  }
+
+  absl::StatusOr<SetupStream> Connect(Env& env, std::string_view address,
+                                      Deadline deadline) override {
+    absl::StatusOr<SocketAddress> resolved = ResolveTcpAddress(address);
+    if (!resolved.ok()) return resolved.status();
+    absl::StatusOr<Socket> socket = TcpConnect(env, *resolved, deadline);
+    if (!socket.ok()) return socket.status();
+    absl::StatusOr<SocketAddress> local = LocalAddress(socket->fd());
+    SetupStream stream;
+    stream.local_address =
+        local.ok() ? FormatSocketAddress(*local) : "<unknown>";
+    stream.peer_address = FormatSocketAddress(*resolved);
+    stream.fd = socket->Release();
+    return stream;
+  }
+
+  absl::StatusOr<std::optional<SetupStream>> Accept(int listener_fd) override {
+    sockaddr_storage peer = {};
+    socklen_t length = sizeof(peer);
+    int fd = accept4(listener_fd, reinterpret_cast<sockaddr*>(&peer), &length,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+          errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
+        return std::optional<SetupStream>();
+      }
+      return ErrnoError("accept4", errno);
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    SocketAddress address;
+    address.storage = peer;
+    address.length = length;
+    SetupStream stream;
+    stream.fd = fd;
+    stream.peer_address = FormatSocketAddress(address);
+    absl::StatusOr<SocketAddress> local = LocalAddress(fd);
+    stream.local_address =
+        local.ok() ? FormatSocketAddress(*local) : "<unknown>";
+    return std::optional<SetupStream>(std::move(stream));
+  }
+
+  void CloseListener(int listener_fd) override { ::close(listener_fd); }
+};
 
 }  // namespace
 
@@ -125,7 +186,17 @@ std::string FormatSocketAddress(const SocketAddress& address) {
   return "<unknown address family>";
 }
 
-absl::StatusOr<Socket> TcpConnect(const SocketAddress& address,
+SetupNetwork& TcpNetwork() {
+  static TcpSetupNetwork* network = new TcpSetupNetwork();
+  return *network;
+}
+
+SetupNetwork& SetupNetworkOf(Env& env) {
+  SetupNetwork* network = env.setup_network();
+  return network != nullptr ? *network : TcpNetwork();
+}
+
+absl::StatusOr<Socket> TcpConnect(Env& env, const SocketAddress& address,
                                   Deadline deadline) {
   Socket socket(::socket(address.storage.ss_family,
                          SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -140,7 +211,7 @@ absl::StatusOr<Socket> TcpConnect(const SocketAddress& address,
       return absl::UnavailableError(
           absl::StrCat("connecting to ", peer, ": ", std::strerror(errno)));
     }
-    if (absl::Status status = WaitFor(socket.fd(), POLLOUT, deadline,
+    if (absl::Status status = WaitFor(env, socket.fd(), POLLOUT, deadline,
                                       absl::StrCat("connecting to ", peer));
         !status.ok()) {
       return status;
@@ -192,7 +263,7 @@ absl::StatusOr<SocketAddress> PeerAddress(int fd) {
   return address;
 }
 
-absl::Status WriteAll(int fd, std::span<const uint8_t> bytes,
+absl::Status WriteAll(Env& env, int fd, std::span<const uint8_t> bytes,
                       Deadline deadline) {
   size_t written = 0;
   while (written < bytes.size()) {
@@ -205,7 +276,7 @@ absl::Status WriteAll(int fd, std::span<const uint8_t> bytes,
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (absl::Status status =
-              WaitFor(fd, POLLOUT, deadline,
+              WaitFor(env, fd, POLLOUT, deadline,
                       absl::StrCat("writing (", written, " of ", bytes.size(),
                                    " bytes written)"));
           !status.ok()) {
@@ -220,7 +291,8 @@ absl::Status WriteAll(int fd, std::span<const uint8_t> bytes,
   return absl::OkStatus();
 }
 
-absl::Status ReadExact(int fd, std::span<uint8_t> out, Deadline deadline) {
+absl::Status ReadExact(Env& env, int fd, std::span<uint8_t> out,
+                       Deadline deadline) {
   size_t got = 0;
   while (got < out.size()) {
     ssize_t n = ::recv(fd, out.data() + got, out.size() - got, 0);
@@ -236,7 +308,7 @@ absl::Status ReadExact(int fd, std::span<uint8_t> out, Deadline deadline) {
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (absl::Status status =
-              WaitFor(fd, POLLIN, deadline,
+              WaitFor(env, fd, POLLIN, deadline,
                       absl::StrCat("reading (", got, " of ", out.size(),
                                    " bytes received)"));
           !status.ok()) {

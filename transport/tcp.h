@@ -1,8 +1,10 @@
 // File: transport/tcp.h
 //
-// The TCP plumbing of connection setup: addresses, connecting and listening
-// with deadlines, and exact reads and writes. Sockets are non-blocking; every
-// wait is a poll(2) bounded by a Deadline, so a silent peer costs at most the
+// The stream plumbing of connection setup: TCP addresses, connecting and
+// listening with deadlines, the TCP SetupNetwork (TcpNetwork(), the default
+// of verbs_shim/setup_network.h), and exact reads and writes on any setup
+// stream. Sockets are non-blocking; every wait goes through an Env and is
+// bounded by a Deadline on its clock, so a silent peer costs at most the
 // deadline and never a hang.
 //
 // Errors: kInvalidArgument for a malformed address, kNotFound for a name that
@@ -24,6 +26,8 @@
 
 #include "absl/status/statusor.h"
 #include "transport/deadline.h"
+#include "verbs_shim/env.h"
+#include "verbs_shim/setup_network.h"
 
 namespace rdma_transport {
 
@@ -56,7 +60,12 @@ absl::StatusOr<SocketAddress> ResolveTcpAddress(std::string_view host_port);
 // "10.0.0.1:4791", "[fe80::1]:4791".
 std::string FormatSocketAddress(const SocketAddress& address);
 
-absl::StatusOr<Socket> TcpConnect(const SocketAddress& address,
+// Real TCP as a SetupNetwork; lives for the whole process.
+SetupNetwork& TcpNetwork();
+// `env`'s setup network, or TcpNetwork() when it has none.
+SetupNetwork& SetupNetworkOf(Env& env);
+
+absl::StatusOr<Socket> TcpConnect(Env& env, const SocketAddress& address,
                                   Deadline deadline);
 // A listening socket (SO_REUSEADDR, non-blocking). Port 0 picks a free port:
 // LocalAddress() tells which.
@@ -65,10 +74,11 @@ absl::StatusOr<SocketAddress> LocalAddress(int fd);
 absl::StatusOr<SocketAddress> PeerAddress(int fd);
 
 // Writes all of `bytes`.
-absl::Status WriteAll(int fd, std::span<const uint8_t> bytes,
+absl::Status WriteAll(Env& env, int fd, std::span<const uint8_t> bytes,
                       Deadline deadline);
 // Reads exactly `out.size()` bytes.
-absl::Status ReadExact(int fd, std::span<uint8_t> out, Deadline deadline);
+absl::Status ReadExact(Env& env, int fd, std::span<uint8_t> out,
+                       Deadline deadline);
 // Reads what is available now, at most `out.size()` bytes, without waiting.
 // Returns 0 when nothing is available; kUnavailable on EOF or reset.
 absl::StatusOr<size_t> ReadAvailable(int fd, std::span<uint8_t> out);

@@ -46,6 +46,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "verbs_shim/env.h"
 
 namespace rdma_transport {
 
@@ -55,6 +56,10 @@ class Verbs {
   Verbs(const Verbs&) = delete;
   Verbs& operator=(const Verbs&) = delete;
   virtual ~Verbs() = default;
+
+  // The clock, waits and setup channel that go with these devices
+  // (verbs_shim/env.h): the real ones, unless the devices are simulated.
+  virtual Env& env() { return Env::Real(); }
 
   // --- Devices (ibv_get_device_list, ibv_open_device, ibv_close_device) ---
 

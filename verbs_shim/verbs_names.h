@@ -24,6 +24,10 @@ const char* WcOpcodeName(ibv_wc_opcode opcode);
 const char* WrOpcodeName(ibv_wr_opcode opcode);
 // "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR".
 const char* QpStateName(ibv_qp_state state);
+// "IBV_EVENT_QP_FATAL", ...; "IBV_EVENT_UNKNOWN" for a value verbs lacks.
+const char* AsyncEventName(ibv_event_type type);
+// True for the events whose element is a QP (event.element.qp).
+bool IsQpAsyncEvent(ibv_event_type type);
 
 // 256..4096 for a valid ibv_mtu, 0 otherwise.
 int MtuBytes(ibv_mtu mtu);

@@ -27,6 +27,8 @@ class VerbsWrapper : public Verbs {
 
   Verbs* target() const { return target_; }
 
+  Env& env() override { return target_->env(); }
+
   absl::StatusOr<std::vector<std::string>> ListDevices() override {
     return target_->ListDevices();
   }

@@ -38,14 +38,6 @@ step_timeout=${STEP_TIMEOUT:-300}
 scale=${RDMA_TEST_SCALE:-10}
 export RDMA_TEST_CLIENT_DEVICE=$RXE_A RDMA_TEST_SERVER_DEVICE=$RXE_B
 
-# Prints "<tests run> <passed>" from a gtest log.
-gtest_counts() {
-  local ran passed
-  ran=$(grep -o '^\[==========\] [0-9]* tests\? from' "$1" | tail -1 | awk '{print $2}')
-  passed=$(grep -o '^\[  PASSED  \] [0-9]*' "$1" | tail -1 | awk '{print $4}')
-  echo "${ran:-0} ${passed:-0}"
-}
-
 # --- 0. the environment -------------------------------------------------------
 smoke_rc=0
 SMOKE_SUMMARY="$out/smoke-summary.txt" bash "$SOFTROCE_DIR/guest_smoke.sh" \
@@ -96,17 +88,7 @@ qp_pair tc96 96 0x60 '*BringsUp*'
 qp_pair unset '' 0x0 '*BringsUp*'
 
 # --- 3. the end-to-end suite ---------------------------------------------------
-e2e_rc=0
-RDMA_TEST_SCALE=$scale RDMA_TEST_LISTEN="$IP_B:0" timeout "$step_timeout" e2e_ibverbs_test \
-  --gtest_output="xml:$out/e2e_ibverbs.xml" >"$out/e2e_ibverbs.log" 2>&1 || e2e_rc=$?
-cat "$out/e2e_ibverbs.log"
-read -r ran passed < <(gtest_counts "$out/e2e_ibverbs.log")
-failed_tests=$(grep '^\[  FAILED  \] [A-Za-z]' "$out/e2e_ibverbs.log" | sort -u | awk '{print $4}' | paste -sd' ' - || true)
-if ((e2e_rc == 0 && ran > 0 && passed == ran)); then
-  report PASS "e2e suite over rxe ($RXE_A client, $RXE_B server, RDMA_TEST_SCALE=$scale%): $passed/$ran tests passed"
-else
-  report FAIL "e2e suite over rxe: $passed/$ran tests passed (status $e2e_rc)${failed_tests:+; failed: $failed_tests}"
-fi
+run_e2e_suite "e2e suite over rxe" e2e_ibverbs
 
 # --- 4. performance beside perftest ----------------------------------------------
 if [[ "${SOFTROCE_PERF:-1}" != 0 && -f "$SOFTROCE_DIR/guest_perf.sh" ]] && command -v rdma_pingpong >/dev/null; then

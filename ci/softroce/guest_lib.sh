@@ -90,3 +90,30 @@ report() { # PASS|FAIL|INFO, text
   if [[ "$1" == FAIL ]]; then failures=$((failures + 1)); fi
   printf '%-4s %s\n' "$1" "$2" | tee -a "$summary"
 }
+
+# Prints "<tests run> <passed>" from a gtest log.
+gtest_counts() {
+  local ran passed
+  ran=$(grep -o '^\[==========\] [0-9]* tests\? from' "$1" | tail -1 | awk '{print $2}')
+  passed=$(grep -o '^\[  PASSED  \] [0-9]*' "$1" | tail -1 | awk '{print $4}')
+  echo "${ran:-0} ${passed:-0}"
+}
+
+# The end-to-end suite over libibverbs (client on $RXE_A, server on $RXE_B,
+# the handshake across the veth) at $scale percent, reported as one check.
+run_e2e_suite() { # label, log name
+  local label=$1 name=$2 rc=0 ran passed failed_tests
+  # E2E_GTEST_ARGS (e.g. "--gtest_filter=*16MiB* --gtest_repeat=5") narrows
+  # the run when investigating one case.
+  # shellcheck disable=SC2086 # word splitting of the extra arguments wanted
+  RDMA_TEST_SCALE=$scale RDMA_TEST_LISTEN="$IP_B:0" timeout "$step_timeout" e2e_ibverbs_test \
+    --gtest_output="xml:$out/$name.xml" ${E2E_GTEST_ARGS:-} >"$out/$name.log" 2>&1 || rc=$?
+  cat "$out/$name.log"
+  read -r ran passed < <(gtest_counts "$out/$name.log")
+  failed_tests=$(grep '^\[  FAILED  \] [A-Za-z]' "$out/$name.log" | sort -u | awk '{print $4}' | paste -sd' ' - || true)
+  if ((rc == 0 && ran > 0 && passed == ran)); then
+    report PASS "$label ($RXE_A client, $RXE_B server, RDMA_TEST_SCALE=$scale%): $passed/$ran tests passed"
+  else
+    report FAIL "$label: $passed/$ran tests passed (status $rc)${failed_tests:+; failed: $failed_tests}"
+  fi
+}

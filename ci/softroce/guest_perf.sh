@@ -66,10 +66,18 @@ run_pair() { # name, server command..., --, client command...
   fi
   wait "$server_pid" || rc=$((rc ? rc : $?))
   if ((rc != 0)); then
-    echo "FAILED ($rc): $name; client said:" >&2
+    # perftest is the yardstick, not the code under test: a run of it that
+    # fails (it does, now and then, on a loaded host) costs its figures only.
+    # A failed run of our own tools is a failure.
+    if [[ "$name" == ib_* ]]; then
+      echo "perftest run FAILED ($rc), not counted: $name; client said:" >&2
+      invalid=$((invalid + 1))
+    else
+      echo "FAILED ($rc): $name; client said:" >&2
+      failures=$((failures + 1))
+    fi
     tail -5 "$raw/$name-client.txt" >&2
     tail -5 "$raw/$name-server.txt" >&2
-    failures=$((failures + 1))
   fi
   return "$rc"
 }
@@ -131,8 +139,8 @@ perftest_bw() { # repeat, tool
       return 0
     fi
   done
-  echo "FAILED: $name printed no bandwidth" >&2
-  failures=$((failures + 1))
+  echo "perftest run without figures, not counted: $name printed no bandwidth" >&2
+  invalid=$((invalid + 1))
 }
 
 ours_bw() { # repeat, op (send|write)

@@ -30,12 +30,12 @@
 #include "transport/context.h"
 #include "transport/listener.h"
 #include "transport/memory_region.h"
+#include "verbs_shim/env_thread.h"
 
 namespace {
 
 using rdma_transport::Connection;
 using rdma_transport::Context;
-using rdma_transport::DeadlineIn;
 using std::chrono::seconds;
 
 int Fail(const char* what, const absl::Status& status) {
@@ -51,6 +51,9 @@ int Run() {
   namespace sim = rdma_transport::sim;
   sim::Fabric fabric;
   sim::SimVerbs verbs(&fabric);
+  // On the simulator the transport runs on the fabric's virtual clock:
+  // deadlines come from its Env, and threads join it with RunInThread.
+  rdma_transport::Env& env = fabric.env();
   absl::StatusOr<sim::DeviceProfile> profile = sim::ProfileByName("cx7");
   if (!profile.ok()) return Fail("profile", profile.status());
   absl::StatusOr<std::string> client_device =
@@ -73,12 +76,12 @@ int Run() {
   absl::StatusOr<std::unique_ptr<rdma_transport::Listener>> listener =
       rdma_transport::Listener::Create(**server_context, "127.0.0.1:0");
   if (!listener.ok()) return Fail("listen", listener.status());
-  auto dial = std::async(std::launch::async, [&] {
+  auto dial = rdma_transport::RunInThread(env, [&] {
     return rdma_transport::Connect(**client_context, (*listener)->address());
   });
   absl::StatusOr<std::unique_ptr<Connection>> server =
-      (*listener)->Accept(DeadlineIn(seconds(10)));
-  absl::StatusOr<std::unique_ptr<Connection>> client = dial.get();
+      (*listener)->Accept(env.DeadlineIn(seconds(10)));
+  absl::StatusOr<std::unique_ptr<Connection>> client = dial.Get();
   if (!client.ok()) return Fail("connect", client.status());
   if (!server.ok()) return Fail("accept", server.status());
   std::printf("connected   %s\n", (*client)->name().c_str());
@@ -98,7 +101,7 @@ int Run() {
   // The client receives it and writes a pattern there.
   std::array<std::byte, rdma_transport::RemoteRegion::kEncodedSize> received;
   absl::StatusOr<size_t> n =
-      (*client)->Receive(received, DeadlineIn(seconds(5)));
+      (*client)->Receive(received, env.DeadlineIn(seconds(5)));
   if (!n.ok()) return Fail("receive descriptor", n.status());
   const rdma_transport::RemoteRegion remote =
       rdma_transport::RemoteRegion::Decode(received);
@@ -124,7 +127,7 @@ int Run() {
 
   // The server sees the message, then the bytes, and answers.
   std::array<std::byte, 64> message;
-  n = (*server)->Receive(message, DeadlineIn(seconds(5)));
+  n = (*server)->Receive(message, env.DeadlineIn(seconds(5)));
   if (!n.ok()) return Fail("receive", n.status());
   const bool same =
       std::memcmp(target.data(), source.data(), target.size()) == 0;
@@ -136,12 +139,12 @@ int Run() {
   if (absl::Status s = (*server)->Send(Bytes("thanks")); !s.ok()) {
     return Fail("reply", s);
   }
-  n = (*client)->Receive(message, DeadlineIn(seconds(5)));
+  n = (*client)->Receive(message, env.DeadlineIn(seconds(5)));
   if (!n.ok()) return Fail("receive reply", n.status());
   std::printf("client got  \"%.*s\"\n", static_cast<int>(*n),
               reinterpret_cast<const char*>(message.data()));
 
-  if (absl::Status s = (*client)->Close(DeadlineIn(seconds(5))); !s.ok()) {
+  if (absl::Status s = (*client)->Close(env.DeadlineIn(seconds(5))); !s.ok()) {
     return Fail("close", s);
   }
   std::printf("OK\n");

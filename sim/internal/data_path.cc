@@ -227,10 +227,14 @@ absl::Status FabricCore::PostRecvLocked(SimQp& qp, ibv_recv_wr* wr,
 
 absl::StatusOr<int> FabricCore::PollCqLocked(SimCq& cq, int num_entries,
                                              ibv_wc* wc) {
-  if (cq.overrun) {
+  if (cq.in_error()) [[unlikely]] {
     return VerbsError(
         "ibv_poll_cq", EOVERFLOW,
-        absl::StrCat("CQ ", cq.id, " overran its ", cq.verbs.cqe, " entries"));
+        cq.overrun ? absl::StrCat("CQ ", cq.id, " overran its ", cq.verbs.cqe,
+                                  " entries")
+                   : absl::StrCat("CQ ", cq.id,
+                                  " is in error (IBV_EVENT_CQ_ERR injected by "
+                                  "sim::FaultInjector)"));
   }
   if (num_entries < 0 || (num_entries > 0 && wc == nullptr)) {
     return VerbsError("ibv_poll_cq", EINVAL);
@@ -355,8 +359,11 @@ void FabricCore::TransmitHeadLocked(SimQp& qp) {
   const Nanos wire_time = WireTime(request_bytes);
 
   Device* responder_device = nullptr;
-  if (SimQp* responder = RouteLocked(qp, &responder_device);
-      responder != nullptr) {
+  if (!device.link_up()) {
+    // Our own port is down: nothing leaves.
+    CountPacketLostLocked(device, qp.qp_num);
+  } else if (SimQp* responder = RouteLocked(qp, &responder_device);
+             responder != nullptr) {
     Event arrive;
     arrive.kind = EventKind::kArrive;
     arrive.time = now + wire_time + ExtraDelayLocked(*responder);
@@ -368,9 +375,10 @@ void FabricCore::TransmitHeadLocked(SimQp& qp) {
     arrive.responder_qp_num = responder->qp_num;
     ScheduleLocked(arrive);
   } else {
-    // No such GID/LID, a dead device, or no such QP: the packet is lost.
+    // No such GID/LID, a dead device or a port down, or no such QP: the
+    // packet is lost.
     Device& where = responder_device != nullptr ? *responder_device : device;
-    ++where.counters.packets_dropped;
+    CountPacketLostLocked(where, qp.qp_num);
   }
 
   if (qp.attr.timeout != 0) {
@@ -419,8 +427,9 @@ void FabricCore::HandleResponseLocked(const Event& event) {
       qp->sq_active != event.wqe_index || qp->sq_active == qp->sq_posted) {
     return;  // The requester has moved on: a stale duplicate.
   }
-  if (ConsumeDropLocked(*qp)) {
-    ++qp->device->counters.packets_dropped;
+  // A port that went down while the packet was on the wire loses it.
+  if (!qp->device->link_up() || ConsumeDropLocked(*qp)) {
+    CountPacketLostLocked(*qp->device, qp->qp_num);
     return;
   }
   const SendWqe& wqe = qp->send_slot(event.wqe_index);
@@ -553,19 +562,19 @@ void FabricCore::HandleArriveLocked(const Event& event) {
   }
   Device& device = *devices[event.responder_device];
   SimQp* responder = nullptr;
-  if (!device.dead) {
+  if (device.link_up()) {
     responder = FindQpOnDevice(device, event.responder_qp_num);
   }
   if (responder == nullptr || ConsumeDropLocked(*responder) ||
       !IsReceiving(responder->state)) {
-    ++device.counters.packets_dropped;
+    CountPacketLostLocked(device, event.responder_qp_num);
     return;
   }
   const SendWqe& wqe = requester->send_slot(event.wqe_index);
   const uint32_t distance = (wqe.psn - responder->expected_psn) & kPsnMask;
   if (distance != 0 && distance < kPsnHalfWindow) {
     // Ahead of the expected PSN: out of sequence, silently discarded.
-    ++device.counters.packets_dropped;
+    CountPacketLostLocked(device, responder->qp_num);
     return;
   }
   const bool duplicate = distance != 0;
@@ -725,20 +734,25 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
 
 void FabricCore::WriteCqeLocked(SimCq& cq, const CqEntry& entry) {
   Device& device = *cq.context->device;
-  if (cq.overrun) {
+  if (cq.in_error() || cq.entries.full()) {
+    // At the time of the event writing it, recorded already.
+    trace.Record(TraceRecord::kCompletionLost, TraceWord(cq.id, entry.qp_num),
+                 entry.wqe_index, entry.wc.status);
     ++device.counters.completions_lost;
+    if (!cq.in_error()) {
+      // Overrun is an error, never a silent drop: the CQ is unusable from
+      // now on (PollCq fails with EOVERFLOW) and IBV_EVENT_CQ_ERR is raised.
+      cq.overrun = true;
+      ++device.counters.cq_overruns;
+      RaiseCqErrorLocked(cq);
+    }
     return;
   }
-  if (cq.entries.full()) {
-    // Overrun is an error, never a silent drop: the CQ is unusable from now
-    // on (PollCq fails with EOVERFLOW) and IBV_EVENT_CQ_ERR is raised.
-    cq.overrun = true;
-    ++device.counters.cq_overruns;
-    ++device.counters.completions_lost;
-    RaiseAsyncEventLocked(*cq.context, IBV_EVENT_CQ_ERR, AsyncEventTarget::kCq,
-                          &cq.verbs, cq.id);
-    return;
-  }
+  trace.Record(
+      TraceRecord::kCompletion, TraceWord(cq.id, entry.qp_num), entry.wqe_index,
+      entry.wc.wr_id,
+      TraceWord(TraceBytes(entry.wc.status, entry.wc.opcode, entry.is_send, 0),
+                entry.wc.byte_len));
   cq.entries.Push(entry);
   ++device.counters.completions_by_status[entry.wc.status];
   if (cq.armed && cq.channel != nullptr &&
@@ -752,13 +766,18 @@ void FabricCore::WriteCqeLocked(SimCq& cq, const CqEntry& entry) {
   }
 }
 
+void FabricCore::RaiseCqErrorLocked(SimCq& cq) {
+  RaiseAsyncEventLocked(*cq.context, IBV_EVENT_CQ_ERR, AsyncEventTarget::kCq,
+                        &cq.verbs, cq.id);
+}
+
 // --- Wire and faults ---
 
 SimQp* FabricCore::RouteLocked(SimQp& requester, Device** device) {
   *device = nullptr;
   if (requester.route_device < 0) {
-    // Devices never leave a fabric and their addresses never change, so the
-    // first match is cached until the path is modified.
+    // Devices never leave a fabric, so the first match is cached until the
+    // path is modified or a GID table changes (SetGidLocked forgets it).
     const ibv_ah_attr& path = requester.attr.ah_attr;
     const bool ethernet = requester.device->is_ethernet();
     for (const auto& candidate : devices) {
@@ -783,7 +802,7 @@ SimQp* FabricCore::RouteLocked(SimQp& requester, Device** device) {
   }
   Device& candidate = *devices[static_cast<size_t>(requester.route_device)];
   *device = &candidate;
-  if (candidate.dead) return nullptr;
+  if (!candidate.link_up()) return nullptr;
   return FindQpOnDevice(candidate, requester.attr.dest_qp_num);
 }
 

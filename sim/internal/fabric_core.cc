@@ -90,6 +90,9 @@ void FabricCore::ScheduleLocked(Event event) {
 }
 
 bool FabricCore::IsStaleLocked(const Event& event) const {
+  if (event.kind == EventKind::kFault) {
+    return event.epoch != fault_generation;  // Cancelled by Clear().
+  }
   const SimQp* qp = FindQpByNum(event.qp_num);
   if (qp == nullptr || qp->epoch != event.epoch) return true;
   switch (event.kind) {
@@ -120,6 +123,12 @@ bool FabricCore::StepLocked() {
   const Event event = event_heap_.back();
   event_heap_.pop_back();
   if (event.time > now) now = event.time;
+  ++events_run;
+  trace.Record(TraceRecord::kEvent, now.count(),
+               TraceWord(event.qp_num, event.attempt), event.wqe_index,
+               TraceWord(TraceBytes(event.kind, event.reply, event.nak_status,
+                                    event.fault),
+                         event.fault_device));
   switch (event.kind) {
     case EventKind::kTransmit:
       HandleTransmitLocked(event);
@@ -135,6 +144,9 @@ bool FabricCore::StepLocked() {
       break;
     case EventKind::kFlush:
       HandleFlushLocked(event);
+      break;
+    case EventKind::kFault:
+      HandleFaultLocked(event);
       break;
   }
   DropStaleEventsLocked();
@@ -165,6 +177,12 @@ size_t FabricCore::PendingEventCountLocked() const {
     if (!IsStaleLocked(event)) ++live;
   }
   return live;
+}
+
+std::optional<Nanos> FabricCore::NextEventTimeLocked() {
+  DropStaleEventsLocked();
+  if (event_heap_.empty()) return std::nullopt;
+  return event_heap_.front().time;
 }
 
 void FabricCore::ProgressLocked() {
@@ -273,6 +291,12 @@ void FabricCore::KillDeviceLocked(Device& device) {
     RaiseAsyncEventLocked(*qp->context, IBV_EVENT_QP_FATAL,
                           AsyncEventTarget::kQp, &qp->verbs, qp->qp_num);
   }
+  RaiseOnEveryContextLocked(device, IBV_EVENT_DEVICE_FATAL);
+}
+
+void FabricCore::RaiseOnEveryContextLocked(const Device& device,
+                                           ibv_event_type type) {
+  // Contexts in opening order, for determinism.
   std::vector<SimContext*> opened;
   for (auto& [handle, context] : contexts) {
     if (context->device == &device) opened.push_back(context.get());
@@ -281,8 +305,8 @@ void FabricCore::KillDeviceLocked(Device& device) {
       opened.begin(), opened.end(),
       [](const SimContext* a, const SimContext* b) { return a->id < b->id; });
   for (SimContext* context : opened) {
-    RaiseAsyncEventLocked(*context, IBV_EVENT_DEVICE_FATAL,
-                          AsyncEventTarget::kDevice, nullptr, 0);
+    RaiseAsyncEventLocked(*context, type, AsyncEventTarget::kDevice, nullptr,
+                          0);
   }
 }
 
@@ -305,7 +329,16 @@ void FabricCore::RaiseAsyncEventLocked(SimContext& context, ibv_event_type type,
       break;
   }
   context.async_events.push_back(pending);
+  ++context.device->counters.async_events_by_type[type];
+  trace.Record(TraceRecord::kAsyncEvent, now.count(),
+               TraceWord(context.id, target_id), type);
   SignalEventFd(context.verbs.async_fd);
+}
+
+void FabricCore::CountPacketLostLocked(Device& where, uint32_t qp_num) {
+  ++where.counters.packets_dropped;
+  // Always inside an event, whose time is recorded already.
+  trace.Record(TraceRecord::kPacketLost, TraceWord(where.index, qp_num));
 }
 
 std::vector<LiveObject> FabricCore::LeakReportLocked() const {

@@ -22,6 +22,9 @@
 //     answers with an ACK, an RNR NAK or an error NAK.
 //   - The requester retransmits on its transport timer (retry_cnt times) and
 //     after RNR NAKs (rnr_retry times, 7 = forever, waiting for a receive).
+//   - Faults scheduled at a virtual time (FaultInjector::*At) are kFault
+//     events in the same queue, so they interleave with the traffic
+//     deterministically.
 //   - Completions go to CQs (ring buffers sized at creation); send and
 //     receive queue slots are reclaimed when their completion is polled (or a
 //     later one of the same queue is), as libmlx5 does.
@@ -50,6 +53,7 @@
 #include "sim/fabric.h"
 #include "sim/fault_injector.h"
 #include "sim/internal/ring.h"
+#include "sim/internal/trace.h"
 
 namespace rdma_transport::sim::internal {
 
@@ -68,6 +72,28 @@ struct SimContext;
 struct SimMr;
 struct SimQp;
 
+// The core's lock: spins briefly before sleeping. Several threads driving
+// one fabric (a sender, a receiver and their pollers) take it for a few
+// hundred nanoseconds at a time; a plain std::mutex puts the loser to sleep
+// in the kernel and pays a wake-up per hand-over.
+class CoreMutex {
+ public:
+  void lock() {
+    for (int spin = 0; spin < 128; ++spin) {
+      if (mu_.try_lock()) return;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    mu_.lock();
+  }
+  bool try_lock() { return mu_.try_lock(); }
+  void unlock() { mu_.unlock(); }
+
+ private:
+  std::mutex mu_;
+};
+
 // --- Devices ---
 
 struct Device {
@@ -81,6 +107,8 @@ struct Device {
   std::vector<ibv_gid_entry> gid_table;
   std::vector<bool> gid_valid;
   bool dead = false;
+  // Port 1 taken down by FaultInjector::PortDown; the device stays.
+  bool port_down = false;
   SimCounters counters;
   ibv_device verbs_device{};  // What ibv_context::device points at.
   uint32_t live_pds = 0;
@@ -92,6 +120,11 @@ struct Device {
 
   bool is_ethernet() const {
     return profile.link_layer == IBV_LINK_LAYER_ETHERNET;
+  }
+  // Packets leave and reach the device only while its port is up.
+  bool link_up() const { return !dead && !port_down; }
+  ibv_port_state port_state() const {
+    return link_up() ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   }
 };
 
@@ -158,11 +191,17 @@ struct SimCq {
   bool armed = false;
   bool armed_solicited_only = false;
   bool overrun = false;
+  // IBV_EVENT_CQ_ERR injected by FaultInjector::RaiseCqError.
+  bool error_injected = false;
   uint32_t live_qps = 0;
   uint32_t comp_events_delivered = 0;
   uint32_t comp_events_acked = 0;
   uint32_t async_events_delivered = 0;
   uint32_t async_events_acked = 0;
+
+  // An overrun or injected error makes the CQ unusable: polls fail and new
+  // completions are lost.
+  bool in_error() const { return overrun || error_injected; }
 };
 
 struct SendWqe {
@@ -273,7 +312,11 @@ enum class EventKind : uint8_t {
   kResponse,    // Requester: an ACK / NAK / READ response arrives.
   kRetryTimer,  // Requester: transport timer of one transmission.
   kFlush,       // A QP in ERR completes its outstanding work with FLUSH_ERR.
+  kFault,       // A fault scheduled by FaultInjector::*At() happens.
 };
+
+// What a kFault event does to its device.
+enum class ScheduledFault : uint8_t { kKillDevice, kPortDown, kPortUp };
 
 enum class Reply : uint8_t { kAck, kRnrNak, kErrorNak };
 
@@ -292,6 +335,9 @@ struct Event {
   Reply reply = Reply::kAck;
   ibv_wc_status nak_status = IBV_WC_SUCCESS;
   Nanos rnr_delay{0};
+  // kFault (`epoch` then holds the fault generation it was scheduled in).
+  ScheduledFault fault = ScheduledFault::kKillDevice;
+  uint32_t fault_device = 0;
 };
 
 // --- Faults ---
@@ -348,7 +394,7 @@ class FabricCore {
   FabricCore(const FabricCore&) = delete;
   FabricCore& operator=(const FabricCore&) = delete;
 
-  mutable std::mutex mu;
+  mutable CoreMutex mu;
 
   // --- State (guarded by mu) ---
   FabricOptions options;
@@ -365,6 +411,13 @@ class FabricCore {
   std::unordered_map<uint32_t, SimCq*> cqs_by_id;
   uint32_t next_object_id = 1;
   uint32_t next_mr_key = 0x1000;
+  // Bumped by FaultInjector::Clear(): kFault events of an older generation
+  // are cancelled.
+  uint64_t fault_generation = 0;
+  // Every event run, packet lost, completion written and async event raised,
+  // in order (see trace.h); events_run counts the events.
+  Trace trace;
+  uint64_t events_run = 0;
 
   // --- Lookups: nullptr for an unknown or destroyed handle ---
   SimContext* FindContext(const ibv_context* handle) const;
@@ -389,6 +442,8 @@ class FabricCore {
   size_t AdvanceClockLocked(Nanos duration);
   // Events still meaningful (stale timers and packets excluded).
   size_t PendingEventCountLocked() const;
+  // The time of the earliest event still meaningful, if any.
+  std::optional<Nanos> NextEventTimeLocked();
   // In kImmediate mode, runs to quiescence; in kManual, does nothing.
   void ProgressLocked();
 
@@ -417,9 +472,34 @@ class FabricCore {
   void WakeRnrWaitersLocked(uint32_t responder_qp_num);
   void KillDeviceLocked(Device& device);
 
+  // --- Faults raising async events (device_faults.cc) ---
+  // PortDown/PortUp set port_down; the port event goes to every open context
+  // of the device only when the state QueryPort reports changes (never on a
+  // dead device, nor when the port already was down or up).
+  void PortDownLocked(Device& device);
+  void PortUpLocked(Device& device);
+  // Fills (or, with nullopt, empties) slot `index` of the GID table, which
+  // the caller checked exists, raises IBV_EVENT_GID_CHANGE on every open
+  // context and makes every QP look its route up again.
+  void SetGidLocked(Device& device, uint32_t index,
+                    const std::optional<ibv_gid>& gid, ibv_gid_type type);
+  // IBV_EVENT_QP_FATAL, and the QP goes to ERR (its work is flushed).
+  void RaiseQpFatalLocked(SimQp& qp);
+  // Raises IBV_EVENT_CQ_ERR for a CQ the caller put in error (overrun or
+  // error_injected); data_path.cc, shared by the overrun path and the fault.
+  void RaiseCqErrorLocked(SimCq& cq);
+  // Runs `fault` on `device` at virtual time `at` (not before now), as a
+  // fabric event.
+  void ScheduleFaultLocked(Nanos at, ScheduledFault fault,
+                           const Device& device);
+  // The same event on every open context of `device`, oldest context first.
+  void RaiseOnEveryContextLocked(const Device& device, ibv_event_type type);
+
   void RaiseAsyncEventLocked(SimContext& context, ibv_event_type type,
                              AsyncEventTarget target, void* element,
                              uint32_t target_id);
+  // Counts a lost packet at `where` and records it in the trace.
+  void CountPacketLostLocked(Device& where, uint32_t qp_num);
 
   std::vector<LiveObject> LeakReportLocked() const;
 
@@ -433,6 +513,7 @@ class FabricCore {
   void HandleResponseLocked(const Event& event);
   void HandleRetryTimerLocked(const Event& event);
   void HandleFlushLocked(const Event& event);
+  void HandleFaultLocked(const Event& event);
 
   // Transmits (or retransmits) the WQE at sq_active.
   void TransmitHeadLocked(SimQp& qp);

@@ -1,0 +1,109 @@
+// File: verbs_shim/env.h
+//
+// `Env` is everything the transport needs from its surroundings besides the
+// verbs themselves: the time, the way to wait, and the channel connection
+// setup runs over. It is LevelDB's `Env` applied to time and waiting: the
+// transport never reads a clock, sleeps or polls a file descriptor except
+// through it, so the same code runs on the real clock (`Env::Real()`, what
+// libibverbs' backend hands out) and on a simulated fabric's virtual clock
+// (sim/sim_env.h), where waiting for a deadline advances the fabric instead
+// of sleeping and a whole scenario runs deterministically.
+//
+//   Env& env = verbs.env();
+//   const Deadline deadline = env.DeadlineIn(std::chrono::seconds(1));
+//   while (!work_available()) {
+//     const uint64_t token = env.PrepareWait();   // before the last look
+//     if (work_available()) break;
+//     pollfd fds[] = {{fd, POLLIN, 0}};
+//     if (env.Wait(token, fds, deadline, WaitKind::kBlock) == 0 &&
+//         env.Now() >= deadline) {
+//       return absl::DeadlineExceededError("...");
+//     }
+//   }
+//
+// The waiting protocol is an event count. A waiter takes a token with
+// PrepareWait(), looks for work, and only then calls Wait(token, ...). Wait
+// returns when one of `fds` is readable (their revents are set and the count
+// is returned), when `wake` has passed (0), and, on a virtual clock, when
+// Notify() was called after the token was taken (0), so a waiter whose work
+// is produced by another thread's verbs call never misses it. Anything that
+// may end another thread's wait without making one of its fds readable
+// (handing over a lock-protected result, a completion moved into a queue)
+// calls Notify(). On the real clock Notify() costs nothing and Wait() is
+// poll(2) (kBlock) or poll(2) with a zero timeout plus sched_yield (kSpin,
+// for busy pollers).
+//
+// Threads on a virtual clock. Virtual time moves only when every
+// participating thread is blocked in Wait() and nothing has happened since
+// each looked: then the clock jumps to the earliest wake time (or fabric
+// event) of all of them. The thread that created the clock participates; a
+// thread started to take part must be counted with AddParticipant() before
+// it starts and RemoveParticipant() when it ends (RunInThread() in
+// verbs_shim/env_thread.h does both); waiting for it must go through Wait().
+// Both are no-ops on the real clock.
+//
+// Thread-safety: every method may be called from any thread.
+// Ownership: Env::Real() lives for the whole process; other Envs are owned by
+// whoever made them (the simulated Fabric) and must outlive their users.
+
+#ifndef RDMA_TRANSPORT_VERBS_SHIM_ENV_H_
+#define RDMA_TRANSPORT_VERBS_SHIM_ENV_H_
+
+#include <poll.h>
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+
+namespace rdma_transport {
+
+using Clock = std::chrono::steady_clock;
+// A point on an Env's clock (Env::Real(): the steady clock).
+using Deadline = Clock::time_point;
+inline constexpr Deadline kNoDeadline = Deadline::max();
+
+class SetupNetwork;
+
+enum class WaitKind {
+  kBlock,  // sleep until an fd is readable, `wake` passes or (virtual) news
+  kSpin,   // a busy poller's turn: look at the fds, give up the CPU once
+};
+
+class Env {
+ public:
+  Env() = default;
+  Env(const Env&) = delete;
+  Env& operator=(const Env&) = delete;
+  virtual ~Env() = default;
+
+  // The process-wide real environment: steady clock, poll(2), TCP.
+  static Env& Real();
+
+  virtual Deadline Now() = 0;
+  // Now() + timeout, saturating at kNoDeadline.
+  Deadline DeadlineIn(Clock::duration timeout);
+  // True when time is simulated: no wait costs real time.
+  virtual bool virtual_time() const { return false; }
+
+  // Waits until `deadline` (a virtual clock: until every participant waits
+  // and time has moved there).
+  void SleepUntil(Deadline deadline);
+
+  virtual uint64_t PrepareWait() { return 0; }
+  // See the file comment. `fds` may be empty. Returns the number of readable
+  // fds (revents set), or 0 when woken otherwise. Never fails: a poll(2)
+  // error other than EINTR marks every fd POLLERR and returns their count.
+  virtual int Wait(uint64_t token, std::span<pollfd> fds, Deadline wake,
+                   WaitKind kind) = 0;
+  virtual void Notify() {}
+
+  virtual void AddParticipant() {}
+  virtual void RemoveParticipant() {}
+
+  // The channel connection setup runs over; nullptr: real TCP.
+  virtual SetupNetwork* setup_network() { return nullptr; }
+};
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_VERBS_SHIM_ENV_H_

@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -193,7 +194,15 @@ Listener::Listener(const Context& context, const ConnectionOptions& options,
       env_(context.env()),
       network_(SetupNetworkOf(context.env())),
       options_(options),
-      listener_options_(listener_options) {}
+      listener_options_(listener_options),
+      max_silent_sockets_(listener_options.max_silent_sockets) {
+  rlimit files = {};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 &&
+      files.rlim_cur != RLIM_INFINITY) {
+    max_silent_sockets_ = std::min<size_t>(
+        max_silent_sockets_, std::max<rlim_t>(1, files.rlim_cur / 4));
+  }
+}
 
 Listener::~Listener() {
   if (listen_fd_ >= 0) network_.CloseListener(listen_fd_);
@@ -239,29 +248,25 @@ bool HasDataWaiting(int fd) {
 
 }  // namespace
 
-std::deque<std::unique_ptr<Listener::Pending>>::iterator
-Listener::ChooseVictim() {
-  // 1. The oldest that has sent nothing and has nothing waiting: a half-open
-  //    or silent socket. A real client sends HELLO right after connecting.
-  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    const Pending& pending = **it;
-    if (!pending.awaiting_ready && pending.bytes.empty() &&
-        !HasDataWaiting(pending.socket.fd())) {
-      return it;
-    }
+Listener::Table::iterator Listener::ChooseSilentVictim() {
+  // A real client sends HELLO right after connecting: the oldest silent
+  // socket with nothing waiting is the likeliest half-open or idle one.
+  for (auto it = silent_.begin(); it != silent_.end(); ++it) {
+    if (!HasDataWaiting((*it)->socket.fd())) return it;
   }
-  // 2. The oldest stalled in the middle of a frame.
+  return silent_.end();
+}
+
+Listener::Table::iterator Listener::ChooseHandshakeVictim() {
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     if (!(*it)->awaiting_ready && !(*it)->bytes.empty()) return it;
   }
-  // 3. Every slot holds a handshake making progress (HELLO waiting to be
-  //    read, or ACCEPT sent): the newcomer is the one turned away.
   return pending_.end();
 }
 
 void Listener::AcceptNewSockets() {
-  // At most a table's worth per round, so the handshakes already pending are
-  // served between bursts of a flood.
+  // At most a handshake table's worth per round, so the handshakes already
+  // pending are served between bursts of a flood.
   for (size_t i = 0; i < listener_options_.max_pending_handshakes; ++i) {
     absl::StatusOr<std::optional<SetupStream>> stream =
         network_.Accept(listen_fd_);
@@ -271,19 +276,42 @@ void Listener::AcceptNewSockets() {
     pending->socket = Socket((*stream)->fd);
     pending->peer = (*stream)->peer_address;
     pending->deadline = env_.DeadlineIn(options_.handshake_timeout);
-    if (pending_.size() >= listener_options_.max_pending_handshakes) {
-      auto victim = ChooseVictim();
-      if (victim == pending_.end()) {
+    if (silent_.size() >= max_silent_sockets_) {
+      auto victim = ChooseSilentVictim();
+      if (victim == silent_.end()) {
         Forget(*pending, &ListenerStats::dropped,
-               "dropped: every pending handshake is making progress");
+               "dropped: every silent socket has its first bytes waiting");
         continue;
       }
       Forget(**victim, &ListenerStats::dropped,
-             "dropped: too many pending handshakes, this one idle");
-      pending_.erase(victim);
+             "dropped: too many sockets that sent nothing, this one idle");
+      silent_.erase(victim);
     }
-    pending_.push_back(std::move(pending));
+    silent_.push_back(std::move(pending));
   }
+}
+
+std::unique_ptr<Connection> Listener::Promote(size_t index) {
+  Pending& pending = *silent_[index];
+  if (!HasDataWaiting(pending.socket.fd())) {
+    // Readable with nothing to read: EOF or an error.
+    Forget(pending, &ListenerStats::abandoned,
+           "went away before sending anything");
+    return nullptr;
+  }
+  if (pending_.size() >= listener_options_.max_pending_handshakes) {
+    auto victim = ChooseHandshakeVictim();
+    if (victim == pending_.end()) {
+      Forget(pending, &ListenerStats::dropped,
+             "dropped: every pending handshake is making progress");
+      return nullptr;
+    }
+    Forget(**victim, &ListenerStats::dropped,
+           "dropped: too many pending handshakes, this one stalled mid-frame");
+    pending_.erase(victim);
+  }
+  pending_.push_back(std::move(silent_[index]));
+  return Advance(*pending_.back());
 }
 
 std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
@@ -377,44 +405,62 @@ std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
 absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(
     Deadline deadline) {
   std::vector<pollfd> fds;
+  std::vector<bool> readable;
   while (true) {
-    // Expire silent handshakes.
+    // Expire silent sockets and handshakes that took too long.
     const uint64_t token = env_.PrepareWait();
     const Deadline now = env_.Now();
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if ((*it)->deadline <= now) {
-        Forget(**it, &ListenerStats::timed_out,
-               absl::StrCat("handshake timed out after ", (*it)->bytes.size(),
-                            " bytes of the current frame"));
-        it = pending_.erase(it);
-      } else {
-        ++it;
+    for (Table* table : {&silent_, &pending_}) {
+      for (auto it = table->begin(); it != table->end();) {
+        if ((*it)->deadline <= now) {
+          Forget(**it, &ListenerStats::timed_out,
+                 absl::StrCat("handshake timed out after ", (*it)->bytes.size(),
+                              " bytes of the current frame"));
+          it = table->erase(it);
+        } else {
+          ++it;
+        }
       }
     }
 
+    // fds[0] the listening socket, then pending_, then silent_.
     Deadline wake = deadline;
     fds.clear();
     fds.push_back({listen_fd_, POLLIN, 0});
-    for (const auto& pending : pending_) {
-      fds.push_back({pending->socket.fd(), POLLIN, 0});
-      wake = std::min(wake, pending->deadline);
+    for (const Table* table : {&pending_, &silent_}) {
+      for (const auto& pending : *table) {
+        fds.push_back({pending->socket.fd(), POLLIN, 0});
+        wake = std::min(wake, pending->deadline);
+      }
     }
     const int ready = env_.Wait(token, fds, wake, WaitKind::kBlock);
     if (ready > 0) {
-      // Handshakes first (their sockets are fds[1..]), then new sockets.
-      const size_t count = pending_.size();
-      std::vector<bool> readable(count);
-      for (size_t i = 0; i < count; ++i) {
+      // Handshakes under way first, then silent sockets that spoke, then new
+      // sockets. Advancing one may move or drop others: note who was
+      // readable before touching either table.
+      const size_t handshakes = pending_.size();
+      const size_t silent = silent_.size();
+      readable.assign(handshakes + silent, false);
+      for (size_t i = 0; i < handshakes + silent; ++i) {
         readable[i] = fds[i + 1].revents != 0;
       }
       std::unique_ptr<Connection> established;
-      for (size_t i = 0; i < count && established == nullptr; ++i) {
+      for (size_t i = 0; i < handshakes && established == nullptr; ++i) {
         if (readable[i]) established = Advance(*pending_[i]);
       }
-      pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                    [](const auto& pending) {
-                                      return !pending->socket.valid();
-                                    }),
+      auto gone = [](const std::unique_ptr<Pending>& pending) {
+        return pending == nullptr || !pending->socket.valid();
+      };
+      // Closed handshakes leave the table before silent sockets compete for
+      // their slots; promoted silent sockets leave a null behind.
+      pending_.erase(std::remove_if(pending_.begin(), pending_.end(), gone),
+                     pending_.end());
+      for (size_t i = 0; i < silent && established == nullptr; ++i) {
+        if (readable[handshakes + i]) established = Promote(i);
+      }
+      silent_.erase(std::remove_if(silent_.begin(), silent_.end(), gone),
+                    silent_.end());
+      pending_.erase(std::remove_if(pending_.begin(), pending_.end(), gone),
                      pending_.end());
       if (established != nullptr) return established;
       if (fds[0].revents & POLLIN) AcceptNewSockets();
@@ -422,7 +468,8 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(
     if (env_.Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "no connection accepted on ", address_, " before the deadline (",
-          pending_.size(), " handshakes pending)"));
+          pending_.size(), " handshakes pending, ", silent_.size(),
+          " sockets silent)"));
     }
   }
 }

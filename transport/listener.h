@@ -19,14 +19,18 @@
 // The Listener runs every pending handshake at once on non-blocking sockets:
 // a peer that sends one byte and goes silent, or a flood of half-open TCP
 // connections, costs each at most `handshake_timeout` and never delays the
-// others. When `max_pending_handshakes` are open, a newcomer displaces the
-// oldest handshake whose peer has sent nothing and has nothing waiting, else
-// the oldest stalled mid-frame; handshakes making progress (HELLO waiting,
-// ACCEPT sent) are never displaced, and when all of them are, the newcomer is
-// turned away. A bad handshake (wrong magic, version
-// or token, a truncated or oversized frame, absurd values) is answered with a
-// REJECT saying why, the socket is closed, and Accept() goes on serving; the
-// Listener's stats() count each outcome.
+// others. Sockets whose peer has sent nothing yet cost a descriptor each and
+// are held apart from handshakes under way, so a flood of them cannot crowd
+// out a real peer that is a few milliseconds late with its HELLO: when
+// `max_silent_sockets` are held, a newcomer displaces the oldest with nothing
+// waiting (MSG_PEEK). A socket moves to the handshake table when its first
+// bytes arrive; when `max_pending_handshakes` are under way there, it
+// displaces the oldest stalled mid-frame; handshakes making progress (ACCEPT
+// sent) are never displaced, and when all of them are, the newcomer is turned
+// away. A bad handshake (wrong magic, version or token, a truncated or
+// oversized frame, absurd values) is answered with a REJECT saying why, the
+// socket is closed, and Accept() goes on serving; the Listener's stats()
+// count each outcome.
 //
 // Errors of Connect(): kFailedPrecondition when the server rejects (with its
 // reason), kDeadlineExceeded when the handshake does not finish within
@@ -63,7 +67,16 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
     const ConnectionOptions& options = {});
 
 struct ListenerOptions {
+  // Handshakes under way: the peer has sent bytes (the HELLO is read and
+  // answered as soon as it is whole; the server's QP then waits for READY).
   size_t max_pending_handshakes = 64;
+  // Accepted sockets whose peer has sent nothing yet (one descriptor and a
+  // small record each, no verbs resources). A real client writes its HELLO
+  // right after connect(); the table has to hold every socket a flood opens
+  // in the time that client may be descheduled in between: 1024 covers about
+  // 40 ms at 24 000 sockets/s. Capped at Create() to a quarter of the
+  // process's RLIMIT_NOFILE soft limit (256 under the usual 1024).
+  size_t max_silent_sockets = 1024;
   // The kernel's accept queue. When it overflows under a flood, the final
   // ACK of a real peer's connect is dropped and its HELLO is retransmitted
   // only after a second: large, so a flood fills the pending table (where
@@ -76,7 +89,8 @@ struct ListenerStats {
   uint64_t accepted = 0;
   uint64_t rejected = 0;   // bad handshakes, answered with REJECT
   uint64_t timed_out = 0;  // silent past handshake_timeout
-  uint64_t dropped = 0;    // evicted by max_pending_handshakes
+  uint64_t dropped = 0;    // evicted by max_silent_sockets or
+                           // max_pending_handshakes
   uint64_t abandoned = 0;  // the client went away mid-handshake
   std::string last_failure;
 };
@@ -108,10 +122,18 @@ class Listener {
   Listener(const Context& context, const ConnectionOptions& options,
            const ListenerOptions& listener_options);
 
+  using Table = std::deque<std::unique_ptr<Pending>>;
+
   void AcceptNewSockets();
-  // The pending handshake to drop for a newcomer when the table is full, or
-  // end() to drop the newcomer instead.
-  std::deque<std::unique_ptr<Pending>>::iterator ChooseVictim();
+  // Moves silent_[index], whose peer has sent something (or gone), to the
+  // handshake table and advances it; returns a connection when that completes
+  // the handshake.
+  std::unique_ptr<Connection> Promote(size_t index);
+  // The oldest silent socket with nothing waiting, or end() if none.
+  Table::iterator ChooseSilentVictim();
+  // The oldest handshake stalled mid-frame, or end() if every one is making
+  // progress.
+  Table::iterator ChooseHandshakeVictim();
   // Advances one handshake; returns a connection when it completes.
   std::unique_ptr<Connection> Advance(Pending& pending);
   void Reject(Pending& pending, const std::string& reason);
@@ -125,7 +147,9 @@ class Listener {
   const ListenerOptions listener_options_;
   int listen_fd_ = -1;
   std::string address_;
-  std::deque<std::unique_ptr<Pending>> pending_;
+  size_t max_silent_sockets_;
+  Table silent_;   // accepted, nothing received yet; oldest first
+  Table pending_;  // handshakes under way; oldest first
 
   mutable std::mutex stats_mu_;
   ListenerStats stats_;

@@ -1,0 +1,233 @@
+// Who gets a place in the Listener's tables (transport/listener.h), on the
+// simulator's in-memory setup network and virtual clock, driven from one
+// thread: raw streams play the strangers and the late client, and Accept()
+// with a short deadline lets the listener take in what has arrived.
+//
+// The contract under test: sockets that have sent nothing are held apart
+// from handshakes under way, so a flood of them cannot evict a peer that is
+// late with its HELLO, nor a handshake that has started; each table, when
+// full, gives up its oldest idle entry.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sim/fabric.h"
+#include "sim/sim_verbs.h"
+#include "tests/connection_pair.h"
+#include "transport/handshake.h"
+#include "transport/listener.h"
+#include "transport/tcp.h"
+
+namespace rdma_transport {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+class ListenerAdmissionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fabric_ = std::make_unique<sim::Fabric>();
+    verbs_ = std::make_unique<sim::SimVerbs>(fabric_.get());
+    absl::StatusOr<SimContexts> opened = OpenTwoSimContexts(*fabric_, *verbs_);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    contexts_ = std::move(opened->contexts);
+  }
+
+  void TearDown() override {
+    streams_.clear();
+    listener_.reset();
+    contexts_.clear();
+    EXPECT_EQ(LeakReportText(*fabric_), "");
+  }
+
+  void Listen(const ListenerOptions& listener_options) {
+    ConnectionOptions options;
+    options.token = "secret";
+    absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Create(
+        *contexts_[1], "127.0.0.1:0", options, listener_options);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+  }
+
+  Env& env() { return fabric_->env(); }
+
+  // A raw stream to the listener; returns its index in streams_.
+  size_t Open() {
+    absl::StatusOr<SetupStream> stream =
+        SetupNetworkOf(env()).Connect(env(), listener_->address(),
+                                      env().DeadlineIn(milliseconds(100)));
+    EXPECT_TRUE(stream.ok()) << stream.status();
+    streams_.emplace_back(stream.ok() ? stream->fd : -1);
+    return streams_.size() - 1;
+  }
+
+  // Lets the listener take in and read what has arrived: nothing completes a
+  // handshake in these tests, so Accept() always runs to its deadline.
+  void Serve() {
+    absl::StatusOr<std::unique_ptr<Connection>> accepted =
+        listener_->Accept(env().DeadlineIn(milliseconds(1)));
+    ASSERT_FALSE(accepted.ok());
+    EXPECT_EQ(accepted.status().code(), absl::StatusCode::kDeadlineExceeded);
+  }
+
+  void Write(size_t stream, const std::vector<uint8_t>& bytes) {
+    ASSERT_EQ(send(streams_[stream].fd(), bytes.data(), bytes.size(),
+                   MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+
+  // True once the listener has closed its end (EOF with nothing before it).
+  bool ClosedByListener(size_t stream) {
+    uint8_t byte;
+    return recv(streams_[stream].fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+
+  // A well-formed HELLO with the wrong token: the listener answers it with a
+  // REJECT (before creating anything), which shows it was served.
+  static std::vector<uint8_t> HelloWithWrongToken() {
+    HandshakeMessage hello;
+    hello.type = HandshakeType::kHello;
+    hello.endpoint.qp_num = 0x123;
+    hello.endpoint.psn = 0x456;
+    hello.endpoint.gid.raw[10] = 0xff;
+    hello.endpoint.gid.raw[11] = 0xff;
+    hello.endpoint.gid.raw[12] = 10;
+    hello.endpoint.gid.raw[15] = 1;
+    hello.endpoint.port = 1;
+    hello.endpoint.mtu = 4096;
+    hello.recv_slots = 16;
+    hello.slot_size = 4096;
+    hello.token = "guess";
+    absl::StatusOr<std::vector<uint8_t>> frame = EncodeHandshake(hello);
+    EXPECT_TRUE(frame.ok()) << frame.status();
+    return frame.ok() ? *frame : std::vector<uint8_t>{};
+  }
+
+  std::unique_ptr<sim::Fabric> fabric_;
+  std::unique_ptr<sim::SimVerbs> verbs_;
+  std::vector<std::unique_ptr<Context>> contexts_;
+  std::unique_ptr<Listener> listener_;
+  std::vector<Socket> streams_;
+};
+
+TEST_F(ListenerAdmissionTest, ALateHelloSurvivesMoreSilentNewcomersThanHandshakeSlots) {
+  ListenerOptions options;
+  options.max_pending_handshakes = 2;
+  options.max_silent_sockets = 8;
+  ASSERT_NO_FATAL_FAILURE(Listen(options));
+  const size_t late = Open();
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  // Six strangers connect and say nothing: three times the handshake table.
+  for (int i = 0; i < 6; ++i) Open();
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  EXPECT_FALSE(ClosedByListener(late));
+
+  ASSERT_NO_FATAL_FAILURE(Write(late, HelloWithWrongToken()));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  absl::StatusOr<HandshakeHeader> header;
+  std::vector<uint8_t> reply(kHandshakeHeaderSize);
+  ASSERT_TRUE(ReadExact(env(), streams_[late].fd(), reply,
+                        env().DeadlineIn(milliseconds(10)))
+                  .ok());
+  header = DecodeHandshakeHeader(reply);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->type, HandshakeType::kReject);
+  std::vector<uint8_t> body(header->body_length);
+  ASSERT_TRUE(ReadExact(env(), streams_[late].fd(), body,
+                        env().DeadlineIn(milliseconds(10)))
+                  .ok());
+  absl::StatusOr<HandshakeMessage> reject = DecodeHandshakeBody(*header, body);
+  ASSERT_TRUE(reject.ok()) << reject.status();
+  EXPECT_EQ(reject->reason, "handshake: wrong token");
+
+  const ListenerStats stats = listener_->stats();
+  EXPECT_EQ(stats.dropped, 0u) << stats.last_failure;
+  EXPECT_EQ(stats.rejected, 1u);
+}
+
+TEST_F(ListenerAdmissionTest, AFullSilentTableGivesUpItsOldestSocket) {
+  ListenerOptions options;
+  options.max_silent_sockets = 4;
+  ASSERT_NO_FATAL_FAILURE(Listen(options));
+  std::vector<size_t> silent;
+  for (int i = 0; i < 4; ++i) {
+    silent.push_back(Open());
+    ASSERT_NO_FATAL_FAILURE(Serve());
+  }
+  for (size_t s : silent) EXPECT_FALSE(ClosedByListener(s));
+
+  for (int newcomer = 0; newcomer < 2; ++newcomer) {
+    Open();
+    ASSERT_NO_FATAL_FAILURE(Serve());
+  }
+  // Oldest first: the two that came first are closed, the rest held.
+  EXPECT_TRUE(ClosedByListener(silent[0]));
+  EXPECT_TRUE(ClosedByListener(silent[1]));
+  EXPECT_FALSE(ClosedByListener(silent[2]));
+  EXPECT_FALSE(ClosedByListener(silent[3]));
+  const ListenerStats stats = listener_->stats();
+  EXPECT_EQ(stats.dropped, 2u);
+  EXPECT_THAT(stats.last_failure, HasSubstr("too many sockets that sent nothing"));
+}
+
+TEST_F(ListenerAdmissionTest, SilentFloodsNeverEvictAHandshakeThatHasStarted) {
+  ListenerOptions options;
+  options.max_pending_handshakes = 2;
+  options.max_silent_sockets = 2;
+  ASSERT_NO_FATAL_FAILURE(Listen(options));
+  const std::vector<uint8_t> hello = HelloWithWrongToken();
+  const std::vector<uint8_t> first_byte(hello.begin(), hello.begin() + 1);
+  std::vector<size_t> started;
+  for (int i = 0; i < 2; ++i) {
+    started.push_back(Open());
+    ASSERT_NO_FATAL_FAILURE(Serve());
+    ASSERT_NO_FATAL_FAILURE(Write(started.back(), first_byte));
+    ASSERT_NO_FATAL_FAILURE(Serve());
+  }
+  // Five silent strangers: the silent table (2) churns, three are dropped.
+  for (int i = 0; i < 5; ++i) {
+    Open();
+    ASSERT_NO_FATAL_FAILURE(Serve());
+  }
+  EXPECT_FALSE(ClosedByListener(started[0]));
+  EXPECT_FALSE(ClosedByListener(started[1]));
+  EXPECT_EQ(listener_->stats().dropped, 3u);
+
+  // A third handshake starts: the handshake table is full, so the oldest
+  // stalled mid-frame makes way for it.
+  const size_t third = Open();
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  ASSERT_NO_FATAL_FAILURE(Write(third, first_byte));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  EXPECT_TRUE(ClosedByListener(started[0]));
+  EXPECT_FALSE(ClosedByListener(started[1]));
+  EXPECT_FALSE(ClosedByListener(third));
+  const ListenerStats stats = listener_->stats();
+  EXPECT_EQ(stats.dropped, 5u);  // the third took a silent slot first
+  EXPECT_THAT(stats.last_failure, HasSubstr("stalled mid-frame"));
+}
+
+TEST_F(ListenerAdmissionTest, ASilentSocketWaitsOutTheHandshakeTimeout) {
+  ASSERT_NO_FATAL_FAILURE(Listen({}));
+  const size_t stranger = Open();
+  const Deadline start = env().Now();
+  absl::StatusOr<std::unique_ptr<Connection>> accepted =
+      listener_->Accept(env().DeadlineIn(ConnectionOptions{}.handshake_timeout +
+                                         milliseconds(1)));
+  EXPECT_EQ(accepted.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(ClosedByListener(stranger));
+  EXPECT_GE(env().Now() - start, ConnectionOptions{}.handshake_timeout);
+  const ListenerStats stats = listener_->stats();
+  EXPECT_EQ(stats.timed_out, 1u);
+  EXPECT_EQ(stats.dropped, 0u);
+}
+
+}  // namespace
+}  // namespace rdma_transport

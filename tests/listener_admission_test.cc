@@ -60,9 +60,8 @@ class ListenerAdmissionTest : public ::testing::Test {
 
   // A raw stream to the listener; returns its index in streams_.
   size_t Open() {
-    absl::StatusOr<SetupStream> stream =
-        SetupNetworkOf(env()).Connect(env(), listener_->address(),
-                                      env().DeadlineIn(milliseconds(100)));
+    absl::StatusOr<SetupStream> stream = SetupNetworkOf(env()).Connect(
+        env(), listener_->address(), env().DeadlineIn(milliseconds(100)));
     EXPECT_TRUE(stream.ok()) << stream.status();
     streams_.emplace_back(stream.ok() ? stream->fd : -1);
     return streams_.size() - 1;
@@ -78,9 +77,9 @@ class ListenerAdmissionTest : public ::testing::Test {
   }
 
   void Write(size_t stream, const std::vector<uint8_t>& bytes) {
-    ASSERT_EQ(send(streams_[stream].fd(), bytes.data(), bytes.size(),
-                   MSG_NOSIGNAL),
-              static_cast<ssize_t>(bytes.size()));
+    ASSERT_EQ(
+        send(streams_[stream].fd(), bytes.data(), bytes.size(), MSG_NOSIGNAL),
+        static_cast<ssize_t>(bytes.size()));
   }
 
   // True once the listener has closed its end (EOF with nothing before it).
@@ -117,7 +116,8 @@ class ListenerAdmissionTest : public ::testing::Test {
   std::vector<Socket> streams_;
 };
 
-TEST_F(ListenerAdmissionTest, ALateHelloSurvivesMoreSilentNewcomersThanHandshakeSlots) {
+TEST_F(ListenerAdmissionTest,
+       ALateHelloSurvivesMoreSilentNewcomersThanHandshakeSlots) {
   ListenerOptions options;
   options.max_pending_handshakes = 2;
   options.max_silent_sockets = 8;
@@ -174,7 +174,8 @@ TEST_F(ListenerAdmissionTest, AFullSilentTableGivesUpItsOldestSocket) {
   EXPECT_FALSE(ClosedByListener(silent[3]));
   const ListenerStats stats = listener_->stats();
   EXPECT_EQ(stats.dropped, 2u);
-  EXPECT_THAT(stats.last_failure, HasSubstr("too many sockets that sent nothing"));
+  EXPECT_THAT(stats.last_failure,
+              HasSubstr("too many sockets that sent nothing"));
 }
 
 TEST_F(ListenerAdmissionTest, SilentFloodsNeverEvictAHandshakeThatHasStarted) {

@@ -4,6 +4,11 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,130 +18,47 @@
 #include "sim/sim_verbs.h"
 #include "verbs_shim/ibverbs_backend.h"
 
+// Defaults are BackendFlags' own (backend_flags.h).
+ABSL_FLAG(std::string, backend, rdma_transport::BackendFlags{}.backend,
+          "sim | ibverbs");
+ABSL_FLAG(std::string, device, "",
+          "RDMA device of this side (default: the first one)");
+ABSL_FLAG(std::string, peer_device, "",
+          "--self only: the other end's device (default: the second)");
+ABSL_FLAG(std::string, profile, rdma_transport::BackendFlags{}.profile,
+          "sim NIC profile (sim/profile_names.h; an unknown name is "
+          "refused with the list)");
+ABSL_FLAG(std::string, gid_index, "",
+          "local GID index (default: MC_GID_INDEX, else the first RoCE v2 "
+          "IPv4 GID)");
+ABSL_FLAG(std::string, inline, rdma_transport::BackendFlags{}.inline_mode,
+          "auto: negotiate inline sends; off: max_inline=0");
+ABSL_FLAG(std::string, tc, "",
+          "traffic class 0..255 (default: MC_IB_TC, else the system's)");
+ABSL_FLAG(std::string, progress, rdma_transport::BackendFlags{}.progress,
+          "busy: spin on the CQ; event: sleep on the completion channel");
+
 namespace rdma_transport {
 
-FlagSet::FlagSet(std::string program, std::string summary)
-    : program_(std::move(program)), summary_(std::move(summary)) {}
-
-void FlagSet::String(const std::string& name, std::string* value,
-                     const std::string& help) {
-  Flag flag;
-  flag.name = name;
-  flag.help = help;
-  flag.default_text = *value;
-  flag.assign = [value](const std::string& text) {
-    *value = text;
-    return absl::OkStatus();
+absl::Status ParseToolCommandLine(int argc, char** argv,
+                                  const std::string& summary) {
+  // --help lists every flag of the tool (absl's default is only those
+  // defined in a file named after the program).
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "tools/");
   };
-  flags_.push_back(std::move(flag));
-}
-
-void FlagSet::Int(const std::string& name, int64_t* value,
-                  const std::string& help) {
-  Flag flag;
-  flag.name = name;
-  flag.help = help;
-  flag.default_text = absl::StrCat(*value);
-  flag.assign = [name, value](const std::string& text) {
-    int64_t parsed = 0;
-    if (!absl::SimpleAtoi(text, &parsed)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, "=", text, ": not an integer"));
-    }
-    *value = parsed;
-    return absl::OkStatus();
-  };
-  flags_.push_back(std::move(flag));
-}
-
-void FlagSet::Bool(const std::string& name, bool* value,
-                   const std::string& help) {
-  Flag flag;
-  flag.name = name;
-  flag.help = help;
-  flag.default_text = *value ? "true" : "false";
-  flag.is_bool = true;
-  flag.assign = [name, value](const std::string& text) {
-    if (text == "true" || text == "1" || text == "yes") {
-      *value = true;
-    } else if (text == "false" || text == "0" || text == "no") {
-      *value = false;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, "=", text, ": want true or false"));
-    }
-    return absl::OkStatus();
-  };
-  flags_.push_back(std::move(flag));
-}
-
-FlagSet::Flag* FlagSet::Find(const std::string& name) {
-  for (Flag& flag : flags_) {
-    if (flag.name == name) return &flag;
-  }
-  return nullptr;
-}
-
-bool FlagSet::WasSet(const std::string& name) const {
-  for (const Flag& flag : flags_) {
-    if (flag.name == name) return flag.set;
-  }
-  return false;
-}
-
-absl::Status FlagSet::Parse(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      help_ = true;
-      continue;
-    }
-    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument \"", arg, "\" (see --help)"));
-    }
-    std::string name = arg.substr(2);
-    std::optional<std::string> value;
-    if (size_t equals = name.find('='); equals != std::string::npos) {
-      value = name.substr(equals + 1);
-      name = name.substr(0, equals);
-    }
-    Flag* flag = Find(name);
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " (see --help)"));
-    }
-    if (!value.has_value()) {
-      if (flag->is_bool) {
-        value = "true";
-      } else if (i + 1 < argc) {
-        value = argv[++i];
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", name, " needs a value"));
-      }
-    }
-    if (absl::Status status = flag->assign(*value); !status.ok()) {
-      return status;
-    }
-    flag->set = true;
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(summary);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument \"", rest[1],
+                     "\" (the flags take no "
+                     "positional arguments; see --help)"));
   }
   return absl::OkStatus();
-}
-
-std::string FlagSet::Usage() const {
-  std::string usage = absl::StrCat(program_, ": ", summary_, "\n\nflags:\n");
-  for (const Flag& flag : flags_) {
-    std::string left = absl::StrCat("  --", flag.name);
-    if (!flag.is_bool) absl::StrAppend(&left, "=VALUE");
-    if (left.size() < 24) left.resize(24, ' ');
-    absl::StrAppend(&usage, left, " ", flag.help);
-    if (!flag.default_text.empty() && flag.default_text != "false") {
-      absl::StrAppend(&usage, " (default ", flag.default_text, ")");
-    }
-    absl::StrAppend(&usage, "\n");
-  }
-  return usage;
 }
 
 absl::StatusOr<std::vector<uint32_t>> ParseSizeList(const std::string& text,
@@ -171,27 +93,20 @@ absl::StatusOr<std::optional<int>> OptionalInt(const std::string& name,
 
 }  // namespace
 
-void BackendFlags::Register(FlagSet& flags) {
-  flags.String("backend", &backend, "sim | ibverbs");
-  flags.String("device", &device,
-               "RDMA device of this side (default: the first one)");
-  flags.String("peer-device", &peer_device,
-               "--self only: the other end's device (default: the second)");
-  flags.String("profile", &profile,
-               absl::StrCat("sim NIC profile: ",
-                            absl::StrJoin(sim::ProfileNames(), ", ")));
-  flags.String("gid-index", &gid_index,
-               "local GID index (default: MC_GID_INDEX, else the first "
-               "RoCE v2 IPv4 GID)");
-  flags.String("inline", &inline_mode,
-               "auto: negotiate inline sends; off: max_inline=0");
-  flags.String("tc", &tc,
-               "traffic class 0..255 (default: MC_IB_TC, else the system's)");
-  flags.String("progress", &progress,
-               "busy: spin on the CQ; event: sleep on the completion channel");
+BackendFlags BackendFlags::FromCommandLine() {
+  BackendFlags flags;
+  flags.backend = absl::GetFlag(FLAGS_backend);
+  flags.device = absl::GetFlag(FLAGS_device);
+  flags.peer_device = absl::GetFlag(FLAGS_peer_device);
+  flags.profile = absl::GetFlag(FLAGS_profile);
+  flags.gid_index = absl::GetFlag(FLAGS_gid_index);
+  flags.inline_mode = absl::GetFlag(FLAGS_inline);
+  flags.tc = absl::GetFlag(FLAGS_tc);
+  flags.progress = absl::GetFlag(FLAGS_progress);
+  return flags;
 }
 
-absl::StatusOr<TransportConfig> BackendFlags::Resolve() const {
+absl::Status BackendFlags::Check() const {
   if (backend != "sim" && backend != "ibverbs") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend=", backend, ": want sim or ibverbs"));
@@ -204,11 +119,16 @@ absl::StatusOr<TransportConfig> BackendFlags::Resolve() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--progress=", progress, ": want busy or event"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TransportConfig> BackendFlags::Resolve() const {
+  if (absl::Status status = Check(); !status.ok()) return status;
   TransportOptions options;
   absl::StatusOr<std::optional<int>> traffic_class = OptionalInt("tc", tc);
   if (!traffic_class.ok()) return traffic_class.status();
   options.traffic_class = *traffic_class;
-  absl::StatusOr<std::optional<int>> gid = OptionalInt("gid-index", gid_index);
+  absl::StatusOr<std::optional<int>> gid = OptionalInt("gid_index", gid_index);
   if (!gid.ok()) return gid.status();
   options.gid_index = *gid;
   if (inline_mode == "off") options.max_inline = 0;
@@ -283,7 +203,7 @@ absl::StatusOr<std::unique_ptr<BenchBackend>> BenchBackend::Open(
   backend->local_ = *std::move(local);
   if (with_peer) {
     absl::StatusOr<std::string> peer_name =
-        pick(flags.peer_device, 1, "peer-device");
+        pick(flags.peer_device, 1, "peer_device");
     if (!peer_name.ok()) return peer_name.status();
     absl::StatusOr<std::unique_ptr<Context>> peer =
         Context::Open(*backend->verbs_, *peer_name, *config);

@@ -1,28 +1,30 @@
 // File: tools/backend_flags.h
 //
 // What the benchmark tools (rdma_pingpong, rdma_bw) share on the command
-// line: a small flag parser, and the flags that pick and open an RDMA
+// line: parsing (absl/flags) and the flags that pick and open an RDMA
 // backend, the simulator or libibverbs.
 //
-//   FlagSet flags("rdma_pingpong", "one-way latency per message size");
-//   BackendFlags backend;
-//   backend.Register(flags);
-//   if (absl::Status parsed = flags.Parse(argc, argv); !parsed.ok()) ...
+//   if (absl::Status parsed = ParseToolCommandLine(argc, argv, "summary");
+//       !parsed.ok()) ...
+//   const BackendFlags backend = BackendFlags::FromCommandLine();
 //   absl::StatusOr<std::unique_ptr<BenchBackend>> opened =
 //       BenchBackend::Open(backend, /*with_peer=*/true);
 //   Context& mine = (*opened)->local();     // --device
-//   Context* other = (*opened)->peer();     // --peer-device (--self only)
+//   Context* other = (*opened)->peer();     // --peer_device (--self only)
 //
-// Flags are `--name=value` or `--name value`; a boolean flag is `--name`
-// (or `--name=true|false`). Unknown flags and malformed values are errors
-// that name the flag: a benchmark must never run with a setting it was not
-// asked for.
+// Flags are absl flags: `--name=value` or `--name value`; a boolean flag is
+// `--name` (or `--name=true|false`, `--noname`); `--help` lists them. An
+// unknown flag or a value of the wrong type ends the program in
+// ParseCommandLine with a message naming the flag; values of the right type
+// but out of range are refused by the tool (Resolve(), Mode() and the tools'
+// own checks), also naming the flag: a benchmark must never run with a
+// setting it was not asked for.
 //
 // The simulator lives in one process, so on `--backend=sim` both ends are
 // in this process: BenchBackend puts two NICs of `--profile` on one fabric
 // (10.0.0.1 and 10.0.0.2) and opens both. On `--backend=ibverbs` it opens
 // `--device` (default: the first device listed) and, with a peer,
-// `--peer-device` (default: the second).
+// `--peer_device` (default: the second).
 //
 // Ownership: a BenchBackend owns the fabric (sim), the Verbs backend and the
 // Contexts; every Connection made on them must be destroyed first.
@@ -32,7 +34,6 @@
 #define RDMA_TRANSPORT_TOOLS_BACKEND_FLAGS_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,39 +52,12 @@ namespace sim {
 class Fabric;
 }  // namespace sim
 
-// A minimal command-line parser for the tools.
-class FlagSet {
- public:
-  FlagSet(std::string program, std::string summary);
-
-  void String(const std::string& name, std::string* value,
-              const std::string& help);
-  void Int(const std::string& name, int64_t* value, const std::string& help);
-  void Bool(const std::string& name, bool* value, const std::string& help);
-
-  // kInvalidArgument naming the flag for an unknown flag, a missing or
-  // malformed value, or a positional argument. `--help` sets help_requested().
-  absl::Status Parse(int argc, char** argv);
-  bool help_requested() const { return help_; }
-  bool WasSet(const std::string& name) const;
-  std::string Usage() const;
-
- private:
-  struct Flag {
-    std::string name;
-    std::string help;
-    std::string default_text;
-    bool is_bool = false;
-    bool set = false;
-    std::function<absl::Status(const std::string&)> assign;
-  };
-  Flag* Find(const std::string& name);
-
-  std::string program_;
-  std::string summary_;
-  std::vector<Flag> flags_;
-  bool help_ = false;
-};
+// Parses the command line into the program's absl flags; `summary` heads
+// --help. kInvalidArgument for a positional argument (the flags take none).
+// Unknown flags and values of the wrong type exit the process in
+// absl::ParseCommandLine, with a message naming the flag.
+absl::Status ParseToolCommandLine(int argc, char** argv,
+                                  const std::string& summary);
 
 // "8,64,4096" -> {8, 64, 4096}; each in [min, max], in any order,
 // duplicates allowed. kInvalidArgument otherwise.
@@ -100,7 +74,12 @@ struct BackendFlags {
   std::string tc;                    // empty: MC_IB_TC applies
   std::string progress = "busy";     // busy | event
 
-  void Register(FlagSet& flags);
+  // The values of --backend, --device, --peer_device, --profile,
+  // --gid_index, --inline, --tc and --progress (after ParseToolCommandLine).
+  static BackendFlags FromCommandLine();
+  // kInvalidArgument naming the flag when --backend, --inline or --progress
+  // is not one of its words.
+  absl::Status Check() const;
   // Checks the values; resolves them into the transport's configuration.
   absl::StatusOr<TransportConfig> Resolve() const;
   ProgressMode progress_mode() const {

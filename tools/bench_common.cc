@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,6 +14,21 @@
 #include "absl/strings/str_split.h"
 #include "transport/handshake.h"
 #include "transport/listener.h"
+
+// Defaults are SessionFlags' own (bench_common.h).
+ABSL_FLAG(bool, server, false,
+          "serve one client on --listen, then exit (perftest style)");
+ABSL_FLAG(std::string, listen, rdma_transport::SessionFlags{}.listen,
+          "server: TCP address of the handshake");
+ABSL_FLAG(std::string, connect, "",
+          "client: the server's handshake address, host:port");
+ABSL_FLAG(bool, self, false,
+          "both ends in this process (sim: two NICs on one fabric; ibverbs: "
+          "--device and --peer_device)");
+ABSL_FLAG(int64_t, timeout, rdma_transport::SessionFlags{}.timeout_s,
+          "seconds without progress before the run fails");
+ABSL_FLAG(std::string, csv, "", "write the results to this CSV file");
+ABSL_FLAG(std::string, json, "", "write the results to this JSON file");
 
 namespace rdma_transport {
 namespace {
@@ -43,23 +59,21 @@ int Failed(const std::string& program, const std::string& what,
 
 }  // namespace
 
-void SessionFlags::Register(FlagSet& flags) {
-  flags.Bool("server", &server,
-             "serve one client on --listen, then exit (perftest style)");
-  flags.String("listen", &listen, "server: TCP address of the handshake");
-  flags.String("connect", &connect,
-               "client: the server's handshake address, host:port");
-  flags.Bool("self", &self,
-             "both ends in this process (sim: two NICs on one fabric; "
-             "ibverbs: --device and --peer-device)");
-  flags.Int("timeout", &timeout_s,
-            "seconds without progress before the run fails");
-  flags.String("csv", &csv, "write the results to this CSV file");
-  flags.String("json", &json, "write the results to this JSON file");
+SessionFlags SessionFlags::FromCommandLine() {
+  SessionFlags session;
+  session.server = absl::GetFlag(FLAGS_server);
+  session.listen = absl::GetFlag(FLAGS_listen);
+  session.connect = absl::GetFlag(FLAGS_connect);
+  session.self = absl::GetFlag(FLAGS_self);
+  session.timeout_s = absl::GetFlag(FLAGS_timeout);
+  session.csv = absl::GetFlag(FLAGS_csv);
+  session.json = absl::GetFlag(FLAGS_json);
+  return session;
 }
 
 absl::StatusOr<BenchMode> SessionFlags::Mode(
     const BackendFlags& backend) const {
+  if (absl::Status status = backend.Check(); !status.ok()) return status;
   const int chosen =
       (server ? 1 : 0) + (self ? 1 : 0) + (connect.empty() ? 0 : 1);
   if (chosen > 1) {

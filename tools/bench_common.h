@@ -5,8 +5,8 @@
 // the small text messages they exchange to agree on a test plan, the stamps
 // that let the receiver check every message, and the CSV/JSON reports.
 //
-//   SessionFlags session;                 // --server/--listen/--connect/--self
-//   session.Register(flags);
+//   // after ParseToolCommandLine (backend_flags.h):
+//   const SessionFlags session = SessionFlags::FromCommandLine();
 //   ...
 //   BenchRoles roles;
 //   roles.client = [&](Connection& c) { return MeasureSomething(c); };
@@ -61,7 +61,9 @@ struct SessionFlags {
   std::string csv;
   std::string json;
 
-  void Register(FlagSet& flags);
+  // The values of --server, --listen, --connect, --self, --timeout, --csv
+  // and --json (after ParseToolCommandLine).
+  static SessionFlags FromCommandLine();
   // Exactly one of --server, --connect, --self; none means --self on the
   // simulator. The simulator only supports --self.
   absl::StatusOr<BenchMode> Mode(const BackendFlags& backend) const;

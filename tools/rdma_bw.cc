@@ -10,7 +10,7 @@
 //   --sizes=65536
 //
 // Window: SEND keeps up to --window messages in flight (the transport's
-// send_slots and recv_slots, i.e. the credits); WRITE posts --ops-per-write
+// send_slots and recv_slots, i.e. the credits); WRITE posts --ops_per_write
 // operations per Write() call, in chains of --batch work requests
 // (ConnectionOptions::max_rdma_batch), one chain outstanding at a time.
 //
@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -37,19 +38,43 @@
 #include "transport/handshake.h"
 #include "transport/memory_region.h"
 
+ABSL_FLAG(std::string, op, "both", "send | write | both");
+ABSL_FLAG(std::string, sizes, "64,1024,4096,65536",
+          "message sizes in bytes, a list");
+ABSL_FLAG(int64_t, iterations, 5000, "timed messages per size (perftest -n)");
+ABSL_FLAG(int64_t, warmup, 500, "untimed messages before them, per size");
+ABSL_FLAG(int64_t, window, 128,
+          "SEND: messages in flight (send_slots and recv_slots)");
+ABSL_FLAG(int64_t, batch, 32,
+          "WRITE: work requests per chain (max_rdma_batch)");
+ABSL_FLAG(int64_t, ops_per_write, 32, "WRITE: operations per Write() call");
+
 namespace rdma_transport {
 namespace {
 
 constexpr int kSlices = 10;
 
+// The values of the flags above (after ParseToolCommandLine).
 struct BwFlags {
-  std::string op = "both";  // send | write | both
-  std::string sizes = "64,1024,4096,65536";
-  int64_t iterations = 5000;
-  int64_t warmup = 500;
-  int64_t window = 128;
-  int64_t batch = 32;
-  int64_t ops_per_write = 32;
+  std::string op;  // send | write | both
+  std::string sizes;
+  int64_t iterations = 0;
+  int64_t warmup = 0;
+  int64_t window = 0;
+  int64_t batch = 0;
+  int64_t ops_per_write = 0;
+
+  static BwFlags FromCommandLine() {
+    BwFlags bw;
+    bw.op = absl::GetFlag(FLAGS_op);
+    bw.sizes = absl::GetFlag(FLAGS_sizes);
+    bw.iterations = absl::GetFlag(FLAGS_iterations);
+    bw.warmup = absl::GetFlag(FLAGS_warmup);
+    bw.window = absl::GetFlag(FLAGS_window);
+    bw.batch = absl::GetFlag(FLAGS_batch);
+    bw.ops_per_write = absl::GetFlag(FLAGS_ops_per_write);
+    return bw;
+  }
 };
 
 struct BwResult {
@@ -536,33 +561,17 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
 }
 
 int Main(int argc, char** argv) {
-  FlagSet flags("rdma_bw",
-                "streaming SEND and RDMA WRITE bandwidth and message rate "
-                "per message size, as ib_send_bw / ib_write_bw report them");
-  BackendFlags backend_flags;
-  SessionFlags session;
-  BwFlags bw;
-  backend_flags.Register(flags);
-  session.Register(flags);
-  flags.String("op", &bw.op, "send | write | both");
-  flags.String("sizes", &bw.sizes, "message sizes in bytes, a list");
-  flags.Int("iterations", &bw.iterations,
-            "timed messages per size (perftest -n)");
-  flags.Int("warmup", &bw.warmup, "untimed messages before them, per size");
-  flags.Int("window", &bw.window,
-            "SEND: messages in flight (send_slots and recv_slots)");
-  flags.Int("batch", &bw.batch,
-            "WRITE: work requests per chain (max_rdma_batch)");
-  flags.Int("ops-per-write", &bw.ops_per_write,
-            "WRITE: operations per Write() call");
-  if (absl::Status status = flags.Parse(argc, argv); !status.ok()) {
+  if (absl::Status status = ParseToolCommandLine(
+          argc, argv,
+          "streaming SEND and RDMA WRITE bandwidth and message rate "
+          "per message size, as ib_send_bw / ib_write_bw report them");
+      !status.ok()) {
     std::fprintf(stderr, "rdma_bw: %s\n", status.ToString().c_str());
     return 2;
   }
-  if (flags.help_requested()) {
-    std::printf("%s", flags.Usage().c_str());
-    return 0;
-  }
+  const BackendFlags backend_flags = BackendFlags::FromCommandLine();
+  const SessionFlags session = SessionFlags::FromCommandLine();
+  const BwFlags bw = BwFlags::FromCommandLine();
   absl::StatusOr<std::vector<uint32_t>> sizes =
       ParseSizeList(bw.sizes, 1, kMaxSlotSize);
   absl::StatusOr<BenchMode> mode = session.Mode(backend_flags);
@@ -579,7 +588,7 @@ int Main(int argc, char** argv) {
       : bw.batch < 1 || bw.batch > 4096
           ? absl::InvalidArgumentError("--batch must be in 1..4096")
       : bw.ops_per_write < 1 || bw.ops_per_write > 65536
-          ? absl::InvalidArgumentError("--ops-per-write must be in 1..65536")
+          ? absl::InvalidArgumentError("--ops_per_write must be in 1..65536")
           : absl::OkStatus();
   if (!bad.ok()) {
     std::fprintf(stderr, "rdma_bw: %s\n", bad.ToString().c_str());

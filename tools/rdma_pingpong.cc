@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,13 +28,20 @@
 #include "transport/connection.h"
 #include "transport/handshake.h"
 
+ABSL_FLAG(std::string, sizes, "8,64,236,1024,4096",
+          "message sizes in bytes, a list");
+ABSL_FLAG(int64_t, iterations, 1000,
+          "measured round trips per size (perftest -n)");
+ABSL_FLAG(int64_t, warmup, 100, "unmeasured round trips before them, per size");
+
 namespace rdma_transport {
 namespace {
 
+// The values of the flags above (after ParseToolCommandLine).
 struct PingpongFlags {
-  std::string sizes = "8,64,236,1024,4096";
-  int64_t iterations = 1000;
-  int64_t warmup = 100;
+  std::string sizes;
+  int64_t iterations = 0;
+  int64_t warmup = 0;
 };
 
 std::string Banner(const BenchBackend& backend, const BackendFlags& flags,
@@ -261,27 +269,20 @@ absl::Status Server(Connection& connection, const BenchBackend& backend,
 }
 
 int Main(int argc, char** argv) {
-  FlagSet flags("rdma_pingpong",
-                "one-way SEND latency per message size, as ib_send_lat "
-                "reports it, over the transport");
-  BackendFlags backend_flags;
-  SessionFlags session;
-  PingpongFlags pingpong;
-  backend_flags.Register(flags);
-  session.Register(flags);
-  flags.String("sizes", &pingpong.sizes, "message sizes in bytes, a list");
-  flags.Int("iterations", &pingpong.iterations,
-            "measured round trips per size (perftest -n)");
-  flags.Int("warmup", &pingpong.warmup,
-            "unmeasured round trips before them, per size");
-  if (absl::Status status = flags.Parse(argc, argv); !status.ok()) {
+  if (absl::Status status =
+          ParseToolCommandLine(argc, argv,
+                               "one-way SEND latency per message size, as "
+                               "ib_send_lat reports it, over the transport");
+      !status.ok()) {
     std::fprintf(stderr, "rdma_pingpong: %s\n", status.ToString().c_str());
     return 2;
   }
-  if (flags.help_requested()) {
-    std::printf("%s", flags.Usage().c_str());
-    return 0;
-  }
+  const BackendFlags backend_flags = BackendFlags::FromCommandLine();
+  const SessionFlags session = SessionFlags::FromCommandLine();
+  PingpongFlags pingpong;
+  pingpong.sizes = absl::GetFlag(FLAGS_sizes);
+  pingpong.iterations = absl::GetFlag(FLAGS_iterations);
+  pingpong.warmup = absl::GetFlag(FLAGS_warmup);
   absl::StatusOr<std::vector<uint32_t>> sizes =
       ParseSizeList(pingpong.sizes, 1, kMaxSlotSize);
   absl::StatusOr<BenchMode> mode = session.Mode(backend_flags);

@@ -108,8 +108,8 @@ ours_lat() { # repeat, size, inline mode (off|auto)
   local r=$1 size=$2 mode=$3 name="rdma_pingpong-inline_$3-$2B-r$1"
   local common=(rdma_pingpong --backend=ibverbs --sizes="$size" --inline="$mode")
   run_pair "$name" \
-    "${common[@]}" --device="$RXE_B" --gid-index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
-    "${common[@]}" --device="$RXE_A" --gid-index="$GID_A" --connect="$IP_B:@PORT@" \
+    "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
+    "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
     --iterations="$iterations" --warmup=0 --csv="$raw/$name.csv" || return 0
   # Our CSV names its columns; take them by name.
   awk -F, -v r="$r" -v tool="rdma_pingpong_inline_$mode" '
@@ -147,8 +147,8 @@ ours_bw() { # repeat, op (send|write)
   local r=$1 op=$2 name="rdma_bw-$2-$bw_size-r$1"
   local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="$op")
   run_pair "$name" \
-    "${common[@]}" --device="$RXE_B" --gid-index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
-    "${common[@]}" --device="$RXE_A" --gid-index="$GID_A" --connect="$IP_B:@PORT@" \
+    "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
+    "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
     --iterations="$bw_iterations" --csv="$raw/$name.csv" || return 0
   awk -F, -v r="$r" -v tool="rdma_bw_$op" '
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }

@@ -1,0 +1,55 @@
+#!/bin/bash
+# The tools' command lines (absl/flags): every flag listed by --help, and
+# each kind of bad input refused with a message naming what was wrong and a
+# non-zero exit, before anything runs.
+#   bazel test //tools:flags_test
+set -u
+pingpong="$1"
+bw="$2"
+failures=0
+
+# expect NAME WANT_RC PATTERN -- COMMAND...: COMMAND exits WANT_RC ("nonzero"
+# for any failure) and prints PATTERN (grep -E) on stdout or stderr.
+expect() {
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ "$want" == nonzero && $rc -eq 0 ]] || [[ "$want" != nonzero && $rc -ne $want ]]; then
+    echo "FAIL $name: exit $rc, want $want; output:"; echo "$out" | head -20
+    failures=$((failures + 1))
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: no /$pattern/ in:"; echo "$out" | head -20
+    failures=$((failures + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+
+for flag in backend device peer_device profile gid_index inline tc progress \
+    server listen connect self timeout csv json sizes iterations warmup; do
+  expect "pingpong --help lists --$flag" nonzero "--$flag " -- "$pingpong" --help
+done
+for flag in op window batch ops_per_write peer_device; do
+  expect "bw --help lists --$flag" nonzero "--$flag " -- "$bw" --help
+done
+expect "unknown flag" nonzero "Unknown command line flag 'bogus'" -- "$bw" --bogus
+expect "the old dashed spelling" nonzero "Unknown command line flag 'peer-device'" \
+  -- "$pingpong" --self --peer-device=x
+expect "not an integer" nonzero "Illegal value 'x' specified for flag 'window'" \
+  -- "$bw" --window=x
+expect "out of range" 2 "--window must be in 2..4096" -- "$bw" --window=1
+expect "positional argument" 2 'unexpected argument "stray"' -- "$bw" stray
+expect "bad size list" 2 'message size "0"' -- "$pingpong" --sizes=8,0
+expect "bad backend" 2 "--backend=tcp: want sim or ibverbs" -- "$pingpong" --backend=tcp
+expect "bad gid index" nonzero "--gid_index=two: not an integer" -- "$pingpong" --gid_index=two
+expect "two modes" 2 "choose one of --server" -- "$bw" --self --server
+expect "unknown profile" nonzero "cx7" -- "$pingpong" --profile=cx99
+expect "a short run" 0 "inline" -- "$pingpong" --self --iterations=20 --warmup=2 --sizes=8
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all checks passed"

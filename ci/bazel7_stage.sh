@@ -6,12 +6,11 @@
 #   ci/bazel7_stage.sh [--keep-servers]
 #
 # Steps, each printing PASS or FAIL:
-#   root      bazel test --config=bzlmod //... in this checkout: the
-#             repository's own tests as the root module (MODULE.bazel,
-#             bazel/registry). Not -Werror: that is the Debian 12 stage's
-#             (test_all.sh); unstable's newer gcc, googletest and rdma-core
-#             warn (gMock's Invoke() deprecated, IBV_WR_FLUSH unhandled in
-#             a switch), and the count is printed
+#   root      bazel test --config=bzlmod --config=werror //... in this
+#             checkout: the repository's own tests as the root module
+#             (MODULE.bazel, bazel/registry), -Werror with unstable's newer
+#             gcc, googletest, Abseil and rdma-core (the warning count is
+#             printed for every step)
 #   example   examples/downstream_bzlmod (bazel_dep + local_path_override):
 #             bazel test //... and bazel run //:hello_rdma printing OK
 #   docs      the docs' bzlmod code blocks (ci/doc_examples.sh --bzlmod)
@@ -54,7 +53,7 @@ in_chroot() { # DIR CMD...
 }
 
 step_root() {
-  in_chroot "${ROOT}" bazel test --config=bzlmod //... || return 1
+  in_chroot "${ROOT}" bazel test --config=bzlmod --config=werror //... || return 1
 }
 
 # The example's local_path_override names ../..: the whole checkout goes in.

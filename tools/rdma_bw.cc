@@ -24,7 +24,9 @@
 // slot of its region against the last operation that wrote it.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -76,6 +78,27 @@ struct BwFlags {
     return bw;
   }
 };
+
+// "0a1b..." -> its bytes; nullopt unless every character is a hex digit
+// and there is an even number of them. (absl's HexStringToBytes that says
+// so is newer than Debian 12's Abseil; the old one is deprecated.)
+std::optional<std::string> DecodeHex(std::string_view hex) {
+  auto digit = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string bytes(hex.size() / 2, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const int high = digit(hex[2 * i]);
+    const int low = digit(hex[2 * i + 1]);
+    if (high < 0 || low < 0) return std::nullopt;
+    bytes[i] = static_cast<char>(high * 16 + low);
+  }
+  return bytes;
+}
 
 struct BwResult {
   double seconds = 0;
@@ -301,10 +324,11 @@ class BwClient {
     }
     // "OK region=<hex of RemoteRegion::Encode>".
     const std::string prefix = "OK region=";
-    std::string encoded;
+    std::optional<std::string> decoded;
     if (reply.rfind(prefix, 0) == 0) {
-      encoded = absl::HexStringToBytes(reply.substr(prefix.size()));
+      decoded = DecodeHex(std::string_view(reply).substr(prefix.size()));
     }
+    const std::string encoded = decoded.value_or("");
     if (encoded.size() != RemoteRegion::kEncodedSize) {
       return absl::DataLossError(
           absl::StrCat("malformed WRITE plan reply: ", reply));

@@ -18,7 +18,6 @@ namespace {
 using ::testing::_;
 using ::testing::DoAll;
 using ::testing::HasSubstr;
-using ::testing::Invoke;
 using ::testing::NiceMock;
 using ::testing::Return;
 using ::testing::SetArgPointee;
@@ -57,14 +56,15 @@ class ContextTest : public ::testing::Test {
         .WillByDefault(
             DoAll(SetArgPointee<2>(port_attr_), Return(absl::OkStatus())));
     ON_CALL(verbs_, QueryGidTable(&device_, _))
-        .WillByDefault(Invoke([this](ibv_context*, std::span<ibv_gid_entry> out)
-                                  -> absl::StatusOr<size_t> {
-          if (out.size() < gids_.size()) {
-            return VerbsError("ibv_query_gid_table", EINVAL);
-          }
-          std::copy(gids_.begin(), gids_.end(), out.begin());
-          return gids_.size();
-        }));
+        .WillByDefault(
+            [this](ibv_context*,
+                   std::span<ibv_gid_entry> out) -> absl::StatusOr<size_t> {
+              if (out.size() < gids_.size()) {
+                return VerbsError("ibv_query_gid_table", EINVAL);
+              }
+              std::copy(gids_.begin(), gids_.end(), out.begin());
+              return gids_.size();
+            });
     ON_CALL(verbs_, AllocPd(&device_)).WillByDefault(Return(&pd_));
     ON_CALL(verbs_, DeallocPd(&pd_)).WillByDefault(Return(absl::OkStatus()));
     ON_CALL(verbs_, CloseDevice(&device_))
@@ -133,12 +133,12 @@ TEST_F(ContextTest, GidTableFallsBackToOneEntryAtATime) {
       GidEntry(3, "::ffff:10.0.0.9", IBV_GID_TYPE_ROCE_V2)};
   EXPECT_CALL(verbs_, QueryGid(&device_, 1, _, _))
       .Times(4)
-      .WillRepeatedly(Invoke([&](ibv_context*, uint8_t, uint32_t index,
-                                 ibv_gid_entry* entry) -> absl::Status {
+      .WillRepeatedly([&](ibv_context*, uint8_t, uint32_t index,
+                          ibv_gid_entry* entry) -> absl::Status {
         if (index == 2) return VerbsError("ibv_query_gid_ex", ENODATA);
         *entry = table[index];
         return absl::OkStatus();
-      }));
+      });
   absl::StatusOr<std::unique_ptr<Context>> context = Open();
   ASSERT_TRUE(context.ok()) << context.status();
   EXPECT_EQ((*context)->gid().index, 3u);
@@ -151,12 +151,12 @@ TEST_F(ContextTest, GidTableQueryIsSizedToThePortsTable) {
       .WillByDefault(
           DoAll(SetArgPointee<2>(port_attr_), Return(absl::OkStatus())));
   EXPECT_CALL(verbs_, QueryGidTable(&device_, _))
-      .WillOnce(Invoke([this](ibv_context*, std::span<ibv_gid_entry> out)
-                           -> absl::StatusOr<size_t> {
+      .WillOnce([this](ibv_context*,
+                       std::span<ibv_gid_entry> out) -> absl::StatusOr<size_t> {
         EXPECT_EQ(out.size(), 1024u);
         std::copy(gids_.begin(), gids_.end(), out.begin());
         return gids_.size();
-      }));
+      });
   absl::StatusOr<std::unique_ptr<Context>> context = Open();
   ASSERT_TRUE(context.ok()) << context.status();
   EXPECT_EQ((*context)->gid().index, 3u);
@@ -241,7 +241,7 @@ TEST_F(ContextTest, CreateRcQpNegotiatesWithTheDevicesVendorAndCaches) {
   ibv_qp qp = {};
   std::vector<uint32_t> requests;
   EXPECT_CALL(verbs_, CreateQp(&pd_, _))
-      .WillRepeatedly(Invoke(
+      .WillRepeatedly(
           [&](ibv_pd*, ibv_qp_init_attr* attr) -> absl::StatusOr<ibv_qp*> {
             requests.push_back(attr->cap.max_inline_data);
             EXPECT_EQ(attr->qp_type, IBV_QPT_RC);
@@ -251,7 +251,7 @@ TEST_F(ContextTest, CreateRcQpNegotiatesWithTheDevicesVendorAndCaches) {
               return VerbsError("ibv_create_qp", EINVAL);
             }
             return &qp;
-          }));
+          });
   RcQpCaps caps;
   caps.max_send_wr = 32;
   absl::StatusOr<NegotiatedQp> first = (*context)->CreateRcQp(caps, &cq, &cq);

@@ -16,7 +16,6 @@ using ::testing::_;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using ::testing::Invoke;
 using ::testing::Return;
 
 // A device that refuses with `refuse_errno` every max_inline_data above
@@ -75,8 +74,7 @@ class InlineNegotiationTest : public ::testing::Test {
 
 TEST_F(InlineNegotiationTest, MellanoxStepsDownBy16UntilGranted) {
   FakeCreateQp device(/*limit=*/204);
-  EXPECT_CALL(verbs_, CreateQp(&pd_, _))
-      .WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp(&pd_, _)).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp = Create(kVendorMellanox, 4123, cache);
   ASSERT_TRUE(qp.ok()) << qp.status();
@@ -103,7 +101,7 @@ TEST_P(VendorFirstRequestTest, AsksTheVendorLimitFirstThenStepsDown) {
   const VendorCase& vendor = GetParam();
   // Refuse the first two requests to see the whole step-down sequence.
   FakeCreateQp device(/*limit=*/vendor.first_request - 32);
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp =
       Create(vendor.vendor_id, vendor.part_id, cache);
@@ -131,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_F(InlineNegotiationTest, AllRefusedCreatesWithoutInline) {
   FakeCreateQp device(/*limit=*/0);
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp = Create(kVendorMellanox, 4123, cache);
   ASSERT_TRUE(qp.ok()) << qp.status();
@@ -146,7 +144,7 @@ TEST_F(InlineNegotiationTest, AllRefusedCreatesWithoutInline) {
 
 TEST_F(InlineNegotiationTest, OtherErrnoIsReturnedAtOnceWithoutRetry) {
   FakeCreateQp device(/*limit=*/0, /*refuse_errno=*/ENOMEM);
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp = Create(kVendorMellanox, 4123, cache);
   ASSERT_FALSE(qp.ok());
@@ -160,10 +158,9 @@ TEST_F(InlineNegotiationTest, OtherErrnoIsReturnedAtOnceWithoutRetry) {
 
 TEST_F(InlineNegotiationTest, OtherErrnoMidwayStopsTheStepDown) {
   int calls = 0;
-  EXPECT_CALL(verbs_, CreateQp)
-      .WillRepeatedly(Invoke([&](ibv_pd*, ibv_qp_init_attr*) {
-        return VerbsError("ibv_create_qp", ++calls == 1 ? EINVAL : EPERM);
-      }));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly([&](ibv_pd*, ibv_qp_init_attr*) {
+    return VerbsError("ibv_create_qp", ++calls == 1 ? EINVAL : EPERM);
+  });
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp = Create(kVendorMellanox, 4123, cache);
   ASSERT_FALSE(qp.ok());
@@ -185,7 +182,7 @@ TEST_F(InlineNegotiationTest, EinvalEvenWithoutInlineIsAnError) {
 
 TEST_F(InlineNegotiationTest, SecondQpStartsAtTheCachedSize) {
   FakeCreateQp device(/*limit=*/204);
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   ASSERT_TRUE(Create(kVendorMellanox, 4123, cache).ok());
   absl::StatusOr<NegotiatedQp> second = Create(kVendorMellanox, 4123, cache);
@@ -198,10 +195,8 @@ TEST_F(InlineNegotiationTest, TwoDevicesKeepSeparateCaches) {
   FakeCreateQp mellanox(/*limit=*/204);
   FakeCreateQp intel(/*limit=*/101);
   ibv_pd intel_pd = {};
-  EXPECT_CALL(verbs_, CreateQp(&pd_, _))
-      .WillRepeatedly(Invoke(std::ref(mellanox)));
-  EXPECT_CALL(verbs_, CreateQp(&intel_pd, _))
-      .WillRepeatedly(Invoke(std::ref(intel)));
+  EXPECT_CALL(verbs_, CreateQp(&pd_, _)).WillRepeatedly(std::ref(mellanox));
+  EXPECT_CALL(verbs_, CreateQp(&intel_pd, _)).WillRepeatedly(std::ref(intel));
   InlineSizeCache mellanox_cache;
   InlineSizeCache intel_cache;
   ASSERT_TRUE(Create(kVendorMellanox, 4123, mellanox_cache).ok());
@@ -226,7 +221,7 @@ TEST_F(InlineNegotiationTest, TwoDevicesKeepSeparateCaches) {
 TEST_F(InlineNegotiationTest, MellanoxGrantingMoreStillInlinesAtMost236) {
   // mlx5 rounds the request up to its WQE size and writes it back.
   FakeCreateQp device(/*limit=*/828, EINVAL, [](uint32_t) { return 256u; });
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp = Create(kVendorMellanox, 4129, cache);
   ASSERT_TRUE(qp.ok()) << qp.status();
@@ -238,7 +233,7 @@ TEST_F(InlineNegotiationTest, MellanoxGrantingMoreStillInlinesAtMost236) {
 
 TEST_F(InlineNegotiationTest, OtherVendorsInlineUpToTheGrantedSize) {
   FakeCreateQp device(/*limit=*/1024, EINVAL, [](uint32_t) { return 512u; });
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp = Create(kVendorSoftRoce, 0, cache);
   ASSERT_TRUE(qp.ok()) << qp.status();
@@ -249,7 +244,7 @@ TEST_F(InlineNegotiationTest, OtherVendorsInlineUpToTheGrantedSize) {
 
 TEST_F(InlineNegotiationTest, ConfiguredFirstSizeReplacesTheVendorDefault) {
   FakeCreateQp device(/*limit=*/40);
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp =
       Create(kVendorMellanox, 4123, cache, /*configured=*/64);
@@ -262,7 +257,7 @@ TEST_F(InlineNegotiationTest, ConfiguredZeroDisablesInlineEvenIfGranted) {
   // rxe grants 16 bytes of inline when asked for none.
   FakeCreateQp device(/*limit=*/512, EINVAL,
                       [](uint32_t asked) { return asked == 0 ? 16u : asked; });
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   absl::StatusOr<NegotiatedQp> qp =
       Create(kVendorSoftRoce, 0, cache, /*configured=*/0);
@@ -276,7 +271,7 @@ TEST_F(InlineNegotiationTest, ConfiguredZeroDisablesInlineEvenIfGranted) {
 
 TEST_F(InlineNegotiationTest, StepDownReachesZeroFromOddSizes) {
   FakeCreateQp device(/*limit=*/0);
-  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(Invoke(std::ref(device)));
+  EXPECT_CALL(verbs_, CreateQp).WillRepeatedly(std::ref(device));
   InlineSizeCache cache;
   ASSERT_TRUE(Create(kVendorIntel, 0x1593, cache).ok());
   EXPECT_THAT(device.requests(), ElementsAre(101, 85, 69, 53, 37, 21, 5, 0));

@@ -16,7 +16,6 @@ namespace {
 
 using ::testing::_;
 using ::testing::HasSubstr;
-using ::testing::Invoke;
 using ::testing::Return;
 
 // One recorded ibv_modify_qp call.
@@ -45,10 +44,10 @@ class QpBringupTest : public ::testing::Test {
     local_.max_dest_rd_atomic = 16;
     local_.psn = 0x654321;
     ON_CALL(verbs_, ModifyQp(&qp_, _, _))
-        .WillByDefault(Invoke([this](ibv_qp*, ibv_qp_attr* attr, int mask) {
+        .WillByDefault([this](ibv_qp*, ibv_qp_attr* attr, int mask) {
           calls_.push_back({*attr, mask});
           return absl::OkStatus();
-        }));
+        });
   }
 
   TransportConfig ConfigFromEnvironment(

@@ -167,6 +167,8 @@ const char* WrOpcodeName(ibv_wr_opcode opcode) {
       return "DRIVER1";
     case IBV_WR_ATOMIC_WRITE:
       return "ATOMIC_WRITE";
+    default:  // newer than Debian 12's rdma-core (IBV_WR_FLUSH in sid's)
+      break;
   }
   return "UNKNOWN_OPCODE";
 }
@@ -268,6 +270,8 @@ const char* AsyncEventName(ibv_event_type type) {
       return "IBV_EVENT_GID_CHANGE";
     case IBV_EVENT_WQ_FATAL:
       return "IBV_EVENT_WQ_FATAL";
+    default:  // newer than Debian 12's rdma-core (DEVICE_SPEED_CHANGE in
+      break;  // sid's)
   }
   return "IBV_EVENT_UNKNOWN";
 }

@@ -333,8 +333,8 @@ TEST_F(EndToEndTest, ManyConcurrentConnections) {
   options.recv_slots = 8;
   options.send_slots = 8;
   options.max_message_size = 1024;
-  absl::StatusOr<std::unique_ptr<Listener>> listener =
-      Listener::Create(server_context(), ListenAddress(), options);
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Create(
+      server_context(), ListenAddress(), options, TestListenerOptions());
   ASSERT_TRUE(listener.ok()) << listener.status();
   std::vector<EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>>> dials;
   for (int i = 0; i < connections; ++i) {
@@ -510,8 +510,8 @@ TEST_F(EndToEndTest, HandshakesFromStrangersAreRejectedAndServingGoesOn) {
   ConnectionOptions options;
   options.token = "s3cret";
   options.handshake_timeout = milliseconds(500);
-  absl::StatusOr<std::unique_ptr<Listener>> listener =
-      Listener::Create(server_context(), ListenAddress(), options);
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Create(
+      server_context(), ListenAddress(), options, TestListenerOptions());
   ASSERT_TRUE(listener.ok()) << listener.status();
   const std::string address = (*listener)->address();
   AcceptInBackground accept(env(), **listener);
@@ -591,8 +591,8 @@ TEST_F(EndToEndTest, DeadlinesExpireInsteadOfHanging) {
 
   // A listener nobody accepts on: the TCP connection is made but the
   // handshake is never answered.
-  absl::StatusOr<std::unique_ptr<Listener>> deaf =
-      Listener::Create(server_context(), ListenAddress(), options);
+  absl::StatusOr<std::unique_ptr<Listener>> deaf = Listener::Create(
+      server_context(), ListenAddress(), options, TestListenerOptions());
   ASSERT_TRUE(deaf.ok());
   const Deadline start = env().Now();
   absl::StatusOr<std::unique_ptr<Connection>> connected =

@@ -88,9 +88,28 @@ class ListenerAdmissionTest : public ::testing::Test {
     return recv(streams_[stream].fd(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   }
 
+  // The next frame the listener sent on `stream`.
+  absl::StatusOr<HandshakeMessage> ReadFrame(size_t stream) {
+    std::vector<uint8_t> header_bytes(kHandshakeHeaderSize);
+    absl::Status read = ReadExact(env(), streams_[stream].fd(), header_bytes,
+                                  env().DeadlineIn(milliseconds(10)));
+    if (!read.ok()) return read;
+    absl::StatusOr<HandshakeHeader> header =
+        DecodeHandshakeHeader(header_bytes);
+    if (!header.ok()) return header.status();
+    std::vector<uint8_t> body(header->body_length);
+    read = ReadExact(env(), streams_[stream].fd(), body,
+                     env().DeadlineIn(milliseconds(10)));
+    if (!read.ok()) return read;
+    return DecodeHandshakeBody(*header, body);
+  }
+
   // A well-formed HELLO with the wrong token: the listener answers it with a
   // REJECT (before creating anything), which shows it was served.
-  static std::vector<uint8_t> HelloWithWrongToken() {
+  static std::vector<uint8_t> HelloWithWrongToken() { return Hello("guess"); }
+
+  // A well-formed HELLO from a QP that does not exist.
+  static std::vector<uint8_t> Hello(const std::string& token) {
     HandshakeMessage hello;
     hello.type = HandshakeType::kHello;
     hello.endpoint.qp_num = 0x123;
@@ -103,7 +122,7 @@ class ListenerAdmissionTest : public ::testing::Test {
     hello.endpoint.mtu = 4096;
     hello.recv_slots = 16;
     hello.slot_size = 4096;
-    hello.token = "guess";
+    hello.token = token;
     absl::StatusOr<std::vector<uint8_t>> frame = EncodeHandshake(hello);
     EXPECT_TRUE(frame.ok()) << frame.status();
     return frame.ok() ? *frame : std::vector<uint8_t>{};
@@ -228,6 +247,74 @@ TEST_F(ListenerAdmissionTest, ASilentSocketWaitsOutTheHandshakeTimeout) {
   const ListenerStats stats = listener_->stats();
   EXPECT_EQ(stats.timed_out, 1u);
   EXPECT_EQ(stats.dropped, 0u);
+}
+
+TEST_F(ListenerAdmissionTest, ANonLoopbackListenerWithoutATokenRefusesToStart) {
+  absl::StatusOr<std::unique_ptr<Listener>> open =
+      Listener::Create(*contexts_[1], "0.0.0.0:0");
+  ASSERT_FALSE(open.ok());
+  EXPECT_EQ(open.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(open.status().message(), HasSubstr("without a token"));
+  EXPECT_THAT(open.status().message(), HasSubstr("allow_unauthenticated"));
+  EXPECT_FALSE(Listener::Create(*contexts_[1], "10.0.0.2:0").ok());
+
+  ListenerOptions unauthenticated;
+  unauthenticated.allow_unauthenticated = true;
+  EXPECT_TRUE(
+      Listener::Create(*contexts_[1], "10.0.0.2:0", {}, unauthenticated).ok());
+  ConnectionOptions with_token;
+  with_token.token = "secret";
+  EXPECT_TRUE(Listener::Create(*contexts_[1], "10.0.0.2:1", with_token).ok());
+  EXPECT_TRUE(Listener::Create(*contexts_[1], "127.0.0.1:0").ok());
+  EXPECT_TRUE(Listener::Create(*contexts_[1], "localhost:0").ok());
+}
+
+TEST_F(ListenerAdmissionTest, AHandshakeWithoutReadyIsClosedAtTheReadyTimeout) {
+  ListenerOptions options;
+  options.ready_timeout = milliseconds(300);
+  ASSERT_NO_FATAL_FAILURE(Listen(options));
+  const size_t stranger = Open();
+  ASSERT_NO_FATAL_FAILURE(Write(stranger, Hello("secret")));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  absl::StatusOr<HandshakeMessage> accept = ReadFrame(stranger);
+  ASSERT_TRUE(accept.ok()) << accept.status();
+  ASSERT_EQ(accept->type, HandshakeType::kAccept);
+  const Deadline accepted_at = env().Now();
+
+  // No READY: the server's QP and rings are given up at ready_timeout, well
+  // before the 5 s handshake timeout.
+  absl::StatusOr<std::unique_ptr<Connection>> none =
+      listener_->Accept(env().DeadlineIn(std::chrono::seconds(1)));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(ClosedByListener(stranger));
+  const ListenerStats stats = listener_->stats();
+  EXPECT_EQ(stats.timed_out, 1u);
+  EXPECT_THAT(stats.last_failure,
+              HasSubstr("no READY within ready_timeout (300 ms)"));
+  EXPECT_LE(env().Now() - accepted_at, std::chrono::seconds(1));
+  // TearDown's leak report: the QP, CQ and rings were freed with it.
+}
+
+TEST_F(ListenerAdmissionTest,
+       AFullHandshakeTableTurnsANewcomerAwayWithAReason) {
+  ListenerOptions options;
+  options.max_pending_handshakes = 1;
+  ASSERT_NO_FATAL_FAILURE(Listen(options));
+  const size_t first = Open();
+  ASSERT_NO_FATAL_FAILURE(Write(first, Hello("secret")));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  ASSERT_TRUE(ReadFrame(first).ok());  // ACCEPT: now waiting for READY
+
+  const size_t newcomer = Open();
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  ASSERT_NO_FATAL_FAILURE(Write(newcomer, Hello("secret")));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  absl::StatusOr<HandshakeMessage> reply = ReadFrame(newcomer);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->type, HandshakeType::kReject);
+  EXPECT_THAT(reply->reason, HasSubstr("server busy: all 1 handshake slots"));
+  EXPECT_FALSE(ClosedByListener(first));
+  EXPECT_EQ(listener_->stats().dropped, 1u);
 }
 
 }  // namespace

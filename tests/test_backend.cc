@@ -19,4 +19,10 @@ std::string ListenAddress() {
   return address != nullptr && *address != '\0' ? address : "127.0.0.1:0";
 }
 
+ListenerOptions TestListenerOptions() {
+  ListenerOptions options;
+  options.allow_unauthenticated = true;
+  return options;
+}
+
 }  // namespace rdma_transport

@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "transport/listener.h"
 #include "verbs_shim/verbs.h"
 
 namespace rdma_transport {
@@ -62,6 +63,9 @@ absl::StatusOr<std::unique_ptr<TestBackend>> MakeTestBackend();
 int Scaled(int count);
 // RDMA_TEST_LISTEN, or "127.0.0.1:0".
 std::string ListenAddress();
+// For a Listener on ListenAddress(): the VM's private network needs no token
+// unless the test sets one.
+ListenerOptions TestListenerOptions();
 
 }  // namespace rdma_transport
 

@@ -27,6 +27,9 @@ ABSL_FLAG(bool, self, false,
           "--device and --peer_device)");
 ABSL_FLAG(int64_t, timeout, rdma_transport::SessionFlags{}.timeout_s,
           "seconds without progress before the run fails");
+ABSL_FLAG(std::string, token, "",
+          "shared secret, the same on both sides: the server rejects clients "
+          "without it (default: none, and the server says so)");
 ABSL_FLAG(std::string, csv, "", "write the results to this CSV file");
 ABSL_FLAG(std::string, json, "", "write the results to this JSON file");
 
@@ -66,6 +69,7 @@ SessionFlags SessionFlags::FromCommandLine() {
   session.connect = absl::GetFlag(FLAGS_connect);
   session.self = absl::GetFlag(FLAGS_self);
   session.timeout_s = absl::GetFlag(FLAGS_timeout);
+  session.token = absl::GetFlag(FLAGS_token);
   session.csv = absl::GetFlag(FLAGS_csv);
   session.json = absl::GetFlag(FLAGS_json);
   return session;
@@ -115,18 +119,28 @@ double CycleClock::MicrosecondsPerTick() {
 }
 
 int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
-             const SessionFlags& session, const ConnectionOptions& options,
+             const SessionFlags& session,
+             const ConnectionOptions& connection_options,
              const BenchRoles& roles) {
   const Deadline setup_deadline = DeadlineIn(session.timeout());
+  ConnectionOptions options = connection_options;
+  options.token = session.token;
   switch (mode) {
     case BenchMode::kServer: {
-      absl::StatusOr<std::unique_ptr<Listener>> listener =
-          Listener::Create(backend.local(), session.listen, options);
+      // Like perftest, the tools serve without authentication unless given
+      // a token; they say so.
+      ListenerOptions listener_options;
+      listener_options.allow_unauthenticated = true;
+      absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Create(
+          backend.local(), session.listen, options, listener_options);
       if (!listener.ok())
         return Failed(program, "listening", listener.status());
-      std::printf("waiting for a client on %s (device %s)\n",
+      std::printf("waiting for a client on %s (device %s)%s\n",
                   (*listener)->address().c_str(),
-                  backend.local().device_name().c_str());
+                  backend.local().device_name().c_str(),
+                  session.token.empty()
+                      ? "; no --token: any host that reaches it may connect"
+                      : "");
       std::fflush(stdout);
       absl::StatusOr<std::unique_ptr<Connection>> connection =
           (*listener)->Accept(kNoDeadline);

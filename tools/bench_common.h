@@ -58,11 +58,12 @@ struct SessionFlags {
   // their deadline every kDeadlineRefresh messages, not at each (a clock
   // read per message is not free everywhere, see CycleClock).
   int64_t timeout_s = 10;
+  std::string token;  // ConnectionOptions::token of both sides
   std::string csv;
   std::string json;
 
-  // The values of --server, --listen, --connect, --self, --timeout, --csv
-  // and --json (after ParseToolCommandLine).
+  // The values of --server, --listen, --connect, --self, --timeout,
+  // --token, --csv and --json (after ParseToolCommandLine).
   static SessionFlags FromCommandLine();
   // Exactly one of --server, --connect, --self; none means --self on the
   // simulator. The simulator only supports --self.

@@ -28,7 +28,7 @@ expect() {
 }
 
 for flag in backend device peer_device profile gid_index inline tc progress \
-    server listen connect self timeout csv json sizes iterations warmup; do
+    server listen connect self timeout token csv json sizes iterations warmup; do
   expect "pingpong --help lists --$flag" nonzero "--$flag " -- "$pingpong" --help
 done
 for flag in op window batch ops_per_write peer_device; do

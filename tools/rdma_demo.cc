@@ -75,6 +75,7 @@ int RunDemo() {
     return Fail("opening server", server_context.status());
 
   ConnectionOptions options;
+  options.token = "rdma-demo";  // both sides: the server rejects any other
   absl::StatusOr<std::unique_ptr<Listener>> listener =
       Listener::Create(**server_context, "127.0.0.1:0", options);
   if (!listener.ok()) return Fail("listening", listener.status());

@@ -53,6 +53,16 @@ class ConnectionSetup {
 
 namespace {
 
+// True for a "host:port" whose host is a loopback address (127.0.0.0/8,
+// ::1, localhost): only this machine's processes can reach it.
+bool IsLoopback(std::string_view address) {
+  std::string_view host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 bool SameToken(std::string_view a, std::string_view b) {
   // Constant time in the length of the longer token.
   uint8_t difference = a.size() == b.size() ? 0 : 1;
@@ -178,6 +188,14 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Create(
     const Context& context, std::string_view address,
     const ConnectionOptions& options, const ListenerOptions& listener_options) {
   SetupNetwork& network = SetupNetworkOf(context.env());
+  if (options.token.empty() && !listener_options.allow_unauthenticated &&
+      !IsLoopback(address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listener on ", std::string(address),
+        " without a token: any host that reaches it could make the server "
+        "create QPs and register memory; set ConnectionOptions::token on "
+        "both sides, or ListenerOptions::allow_unauthenticated = true"));
+  }
   absl::StatusOr<SetupListener> listening =
       network.Listen(address, listener_options.backlog);
   if (!listening.ok()) return listening.status();
@@ -224,7 +242,8 @@ void Listener::Forget(Pending& pending, uint64_t ListenerStats::*counter,
   pending.connection.reset();
 }
 
-void Listener::Reject(Pending& pending, const std::string& reason) {
+void Listener::Reject(Pending& pending, const std::string& reason,
+                      uint64_t ListenerStats::*counter) {
   HandshakeMessage reject;
   reject.type = HandshakeType::kReject;
   reject.reason = reason.substr(0, kMaxReasonLength);
@@ -234,7 +253,7 @@ void Listener::Reject(Pending& pending, const std::string& reason) {
   // Best effort: the peer may be gone or not reading.
   (void)SendFrame(env_, pending.socket.fd(), reject,
                   env_.DeadlineIn(std::chrono::milliseconds(100)));
-  Forget(pending, &ListenerStats::rejected, reason);
+  Forget(pending, counter, reason);
 }
 
 namespace {
@@ -302,8 +321,11 @@ std::unique_ptr<Connection> Listener::Promote(size_t index) {
   if (pending_.size() >= listener_options_.max_pending_handshakes) {
     auto victim = ChooseHandshakeVictim();
     if (victim == pending_.end()) {
-      Forget(pending, &ListenerStats::dropped,
-             "dropped: every pending handshake is making progress");
+      Reject(pending,
+             absl::StrCat("server busy: all ",
+                          listener_options_.max_pending_handshakes,
+                          " handshake slots are making progress; try again"),
+             &ListenerStats::dropped);
       return nullptr;
     }
     Forget(**victim, &ListenerStats::dropped,
@@ -399,6 +421,8 @@ std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
   }
   pending.connection = *std::move(connection);
   pending.awaiting_ready = true;
+  pending.deadline = std::min(pending.deadline,
+                              env_.DeadlineIn(listener_options_.ready_timeout));
   return nullptr;
 }
 
@@ -414,8 +438,13 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(
       for (auto it = table->begin(); it != table->end();) {
         if ((*it)->deadline <= now) {
           Forget(**it, &ListenerStats::timed_out,
-                 absl::StrCat("handshake timed out after ", (*it)->bytes.size(),
-                              " bytes of the current frame"));
+                 (*it)->awaiting_ready
+                     ? absl::StrCat("no READY within ready_timeout (",
+                                    listener_options_.ready_timeout.count(),
+                                    " ms) of ACCEPT")
+                     : absl::StrCat("handshake timed out after ",
+                                    (*it)->bytes.size(),
+                                    " bytes of the current frame"));
           it = table->erase(it);
         } else {
           ++it;

@@ -27,10 +27,15 @@
 // bytes arrive; when `max_pending_handshakes` are under way there, it
 // displaces the oldest stalled mid-frame; handshakes making progress (ACCEPT
 // sent) are never displaced, and when all of them are, the newcomer is turned
-// away. A bad handshake (wrong magic, version or token, a truncated or
+// away with a REJECT saying so. The server's QP waits `ready_timeout` for
+// READY. A bad handshake (wrong magic, version or token, a truncated or
 // oversized frame, absurd values) is answered with a REJECT saying why, the
 // socket is closed, and Accept() goes on serving; the Listener's stats()
 // count each outcome.
+//
+// Errors of Create(): kInvalidArgument for a non-loopback address without a
+// token (unless ListenerOptions::allow_unauthenticated), or what the setup
+// network's Listen() returns.
 //
 // Errors of Connect(): kFailedPrecondition when the server rejects (with its
 // reason), kDeadlineExceeded when the handshake does not finish within
@@ -46,6 +51,7 @@
 #ifndef RDMA_TRANSPORT_TRANSPORT_LISTENER_H_
 #define RDMA_TRANSPORT_TRANSPORT_LISTENER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -77,6 +83,17 @@ struct ListenerOptions {
   // 40 ms at 24 000 sockets/s. Capped at Create() to a quarter of the
   // process's RLIMIT_NOFILE soft limit (256 under the usual 1024).
   size_t max_silent_sockets = 1024;
+  // After ACCEPT, how long the client has to answer READY. The server holds
+  // a QP, a CQ and two registered rings for it meanwhile; a real client
+  // answers after one round trip and bringing its QP to RTS (milliseconds),
+  // a stranger that never answers is closed and its resources freed then.
+  // Never longer than what is left of the handshake timeout.
+  std::chrono::milliseconds ready_timeout{500};
+  // A listener on an address other than loopback (127.0.0.0/8, ::1,
+  // localhost) without a ConnectionOptions::token would let any host that
+  // reaches it create QPs and registered memory: Create() refuses unless this
+  // says that is what the caller wants.
+  bool allow_unauthenticated = false;
   // The kernel's accept queue. When it overflows under a flood, the final
   // ACK of a real peer's connect is dropped and its HELLO is retransmitted
   // only after a second: large, so a flood fills the pending table (where
@@ -88,7 +105,7 @@ struct ListenerOptions {
 struct ListenerStats {
   uint64_t accepted = 0;
   uint64_t rejected = 0;   // bad handshakes, answered with REJECT
-  uint64_t timed_out = 0;  // silent past handshake_timeout
+  uint64_t timed_out = 0;  // past handshake_timeout, or ready_timeout
   uint64_t dropped = 0;    // evicted by max_silent_sockets or
                            // max_pending_handshakes
   uint64_t abandoned = 0;  // the client went away mid-handshake
@@ -136,7 +153,9 @@ class Listener {
   Table::iterator ChooseHandshakeVictim();
   // Advances one handshake; returns a connection when it completes.
   std::unique_ptr<Connection> Advance(Pending& pending);
-  void Reject(Pending& pending, const std::string& reason);
+  // Answers REJECT with `reason` (best effort), counts it and closes.
+  void Reject(Pending& pending, const std::string& reason,
+              uint64_t ListenerStats::*counter = &ListenerStats::rejected);
   void Forget(Pending& pending, uint64_t ListenerStats::*counter,
               const std::string& reason);
 

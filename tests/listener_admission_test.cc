@@ -20,6 +20,7 @@
 #include "sim/fabric.h"
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
+#include "tests/sample_hello.h"
 #include "transport/handshake.h"
 #include "transport/listener.h"
 #include "transport/tcp.h"
@@ -110,20 +111,8 @@ class ListenerAdmissionTest : public ::testing::Test {
 
   // A well-formed HELLO from a QP that does not exist.
   static std::vector<uint8_t> Hello(const std::string& token) {
-    HandshakeMessage hello;
-    hello.type = HandshakeType::kHello;
-    hello.endpoint.qp_num = 0x123;
-    hello.endpoint.psn = 0x456;
-    hello.endpoint.gid.raw[10] = 0xff;
-    hello.endpoint.gid.raw[11] = 0xff;
-    hello.endpoint.gid.raw[12] = 10;
-    hello.endpoint.gid.raw[15] = 1;
-    hello.endpoint.port = 1;
-    hello.endpoint.mtu = 4096;
-    hello.recv_slots = 16;
-    hello.slot_size = 4096;
-    hello.token = token;
-    absl::StatusOr<std::vector<uint8_t>> frame = EncodeHandshake(hello);
+    absl::StatusOr<std::vector<uint8_t>> frame =
+        EncodeHandshake(SampleHello(token));
     EXPECT_TRUE(frame.ok()) << frame.status();
     return frame.ok() ? *frame : std::vector<uint8_t>{};
   }

@@ -48,6 +48,7 @@
 #include "transport/config.h"
 #include "transport/connection.h"
 #include "transport/context.h"
+#include "tests/sample_hello.h"
 #include "transport/handshake.h"
 #include "transport/inline_size.h"
 #include "transport/listener.h"
@@ -476,25 +477,10 @@ BENCHMARK(BM_TransportMessage)->Apply(MessageArgs);
 BENCHMARK(BM_RawMessage)->Apply(MessageArgs);
 BENCHMARK(BM_Overhead)->Apply(MessageArgs);
 
-HandshakeMessage SampleHello() {
-  HandshakeMessage hello;
-  hello.type = HandshakeType::kHello;
-  hello.endpoint.qp_num = 0x1234;
-  hello.endpoint.psn = 0x42;
-  hello.endpoint.gid.raw[10] = 0xff;
-  hello.endpoint.gid.raw[11] = 0xff;
-  hello.endpoint.gid.raw[12] = 10;
-  hello.endpoint.gid.raw[15] = 1;
-  hello.endpoint.port = 1;
-  hello.endpoint.mtu = 4096;
-  hello.recv_slots = 64;
-  hello.slot_size = 4096;
-  hello.token = "0123456789abcdef";
-  return hello;
-}
+constexpr char kSampleToken[] = "0123456789abcdef";
 
 void BM_HandshakeEncode(benchmark::State& state) {
-  const HandshakeMessage hello = SampleHello();
+  const HandshakeMessage hello = SampleHello(kSampleToken);
   for (auto _ : state) {
     absl::StatusOr<std::vector<uint8_t>> frame = EncodeHandshake(hello);
     benchmark::DoNotOptimize(frame);
@@ -504,7 +490,7 @@ BENCHMARK(BM_HandshakeEncode);
 
 void BM_HandshakeDecode(benchmark::State& state) {
   const std::vector<uint8_t> frame =
-      Must(EncodeHandshake(SampleHello()), "encode");
+      Must(EncodeHandshake(SampleHello(kSampleToken)), "encode");
   for (auto _ : state) {
     absl::StatusOr<HandshakeMessage> message = DecodeHandshakeFrame(frame);
     benchmark::DoNotOptimize(message);

@@ -41,6 +41,7 @@ threaded_targets=(
   //transport:connection_test
   //tests:e2e_sim_test
   //tests:liveness_test
+  //tests:listener_admission_test
 )
 
 stage "install build dependencies" ci/install_deps.sh build

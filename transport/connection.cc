@@ -752,14 +752,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   if (!busy) {
     if (event_waiter_) {
       // Another thread (the leader) sleeps on the channel; follow it.
-      if (env_.virtual_time()) {
-        lock.unlock();
-        env_.Wait(token, {}, std::min(wake, now + kFollowerWait),
-                  WaitKind::kBlock);
-        lock.lock();
-      } else {
-        cv_.wait_until(lock, std::min(wake, now + kFollowerWait));
-      }
+      SleepLocked(lock, token, std::min(wake, now + kFollowerWait));
       return absl::OkStatus();
     }
     event_waiter_ = true;
@@ -835,6 +828,17 @@ void Connection::UpdateReadinessLocked() {
   ready_set_ = ready;
 }
 
+void Connection::SleepLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
+                             Deadline until, WaitKind kind) {
+  if (env_.virtual_time() || kind == WaitKind::kSpin) {
+    lock.unlock();
+    env_.Wait(token, {}, until, kind);
+    lock.lock();
+  } else {
+    cv_.wait_until(lock, until);
+  }
+}
+
 void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
   if (inline_.qp == nullptr || sq_completed_ >= sq_posted_) return;
   // Flush whatever is still queued, then wait until the NIC has given every
@@ -845,11 +849,10 @@ void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
     const uint64_t token = env_.PrepareWait();
     if (PollOnceLocked(lock)) continue;
     if (env_.Now() >= give_up) break;
-    lock.unlock();
-    env_.Wait(token, {}, std::min(give_up, env_.Now() + kFollowerWait),
-              options_.progress == ProgressMode::kBusyPoll ? WaitKind::kSpin
-                                                           : WaitKind::kBlock);
-    lock.lock();
+    SleepLocked(lock, token, std::min(give_up, env_.Now() + kFollowerWait),
+                options_.progress == ProgressMode::kBusyPoll
+                    ? WaitKind::kSpin
+                    : WaitKind::kBlock);
   }
   if (sq_completed_ < sq_posted_) {
     // The provider did not flush in time: destroying the QP is what
@@ -1236,14 +1239,7 @@ absl::Status Connection::Close(Deadline deadline) {
   }
   // Let calls still inside (a Receive on another thread) leave first.
   while (active_calls_ > 0) {
-    const uint64_t token = env_.PrepareWait();
-    if (env_.virtual_time()) {
-      lock.unlock();
-      env_.Wait(token, {}, env_.DeadlineIn(kFollowerWait), WaitKind::kBlock);
-      lock.lock();
-    } else {
-      cv_.wait_for(lock, kFollowerWait);
-    }
+    SleepLocked(lock, env_.PrepareWait(), env_.DeadlineIn(kFollowerWait));
   }
   TearDownLocked();
   closed_ = true;

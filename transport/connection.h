@@ -269,6 +269,12 @@ class Connection final : private AsyncEventListener {
   // has passed.
   absl::Status WaitLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
                           Deadline deadline);
+  // Sleeps (lock dropped) until `until`, or earlier when woken: through the
+  // Env on a virtual clock, so that time can move, and for kSpin; on cv_
+  // otherwise, where the thread that made progress notifies. `token` is
+  // env_.PrepareWait() taken before the caller last looked.
+  void SleepLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
+                   Deadline until, WaitKind kind = WaitKind::kBlock);
   // Handles what the wait's fds reported, and pending async events.
   void ServiceLocked(std::unique_lock<std::mutex>& lock, bool setup_readable,
                      bool async_readable);

@@ -105,6 +105,9 @@ absl::Status WriteOneDevice(Verbs& verbs, const std::string& name,
                                                  : "  <- chosen (auto)")
                  : "");
     }
+    if (port == (*context)->config().port) {
+      out << "    why: " << (*context)->gid().why << "\n";
+    }
   }
   out << absl::StrFormat(
       "  traffic class: %s, service level %d, path MTU limit %d\n",

@@ -96,6 +96,29 @@ TEST_F(ContextTest, AutoGidIsTheFirstRoceV2Ipv4MappedEntry) {
   EXPECT_EQ((*context)->gid().index, 3u);
   EXPECT_EQ(FormatGid((*context)->gid().gid), "::ffff:10.0.0.7");
   EXPECT_EQ((*context)->gid().gid_type, IBV_GID_TYPE_ROCE_V2);
+  // Every candidate and why it was not taken.
+  const std::string& why = (*context)->gid().why;
+  EXPECT_THAT(why, HasSubstr("GID 3 chosen: the first RoCE v2 IPv4 entry of "
+                             "mlx5_0 port 1"));
+  EXPECT_THAT(why, HasSubstr("0=fe80::1 (RoCE v2): skipped, link-local"));
+  EXPECT_THAT(why, HasSubstr("1=::ffff:10.0.0.7 (RoCE v1): skipped, not RoCE "
+                             "v2"));
+  EXPECT_THAT(why, HasSubstr("2=2001:db8::7 (RoCE v2): IPv6 global, ranked "
+                             "below IPv4"));
+  EXPECT_THAT(why, HasSubstr("4=::ffff:10.0.0.8 (RoCE v2): IPv4"));
+}
+
+TEST_F(ContextTest, AutoGidFallsBackToAGlobalIpv6RoceV2Entry) {
+  gids_ = {GidEntry(0, "fe80::1", IBV_GID_TYPE_ROCE_V2),
+           GidEntry(1, "::ffff:10.0.0.7", IBV_GID_TYPE_ROCE_V1),
+           GidEntry(2, "2001:db8::7", IBV_GID_TYPE_ROCE_V2),
+           GidEntry(3, "2001:db8::8", IBV_GID_TYPE_ROCE_V2)};
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 2u);
+  EXPECT_THAT((*context)->gid().why,
+              HasSubstr("GID 2 chosen: the first RoCE v2 global IPv6 (no RoCE "
+                        "v2 IPv4 entry)"));
 }
 
 TEST_F(ContextTest, AutoGidSkipsOtherPortsZeroAndLinkLocal) {

@@ -102,41 +102,77 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
                          absl::StrCat("MC_GID_INDEX=", *configured_index,
                                       " cannot be used on ", where));
     }
-    return SelectedGid{*configured_index, entry.gid,
-                       static_cast<ibv_gid_type>(entry.gid_type)};
+    SelectedGid selected;
+    selected.index = *configured_index;
+    selected.gid = entry.gid;
+    selected.gid_type = static_cast<ibv_gid_type>(entry.gid_type);
+    selected.why = absl::StrCat("GID ", *configured_index,
+                                " chosen by MC_GID_INDEX on ", where);
+    return selected;
   }
 
   if (port_attr.link_layer == IBV_LINK_LAYER_INFINIBAND) {
     ibv_gid_entry entry = {};
     absl::Status status = verbs.QueryGid(context, port, 0, &entry);
     if (!status.ok()) return status;
-    return SelectedGid{0, entry.gid, static_cast<ibv_gid_type>(entry.gid_type)};
+    SelectedGid selected;
+    selected.gid = entry.gid;
+    selected.gid_type = static_cast<ibv_gid_type>(entry.gid_type);
+    selected.why =
+        absl::StrCat("GID 0 chosen: the port GID of InfiniBand ", where);
+    return selected;
   }
 
   absl::StatusOr<std::vector<ibv_gid_entry>> entries =
       ReadGidTable(verbs, context, port, port_attr);
   if (!entries.ok()) return entries.status();
 
+  // Rank 0: RoCE v2 with an IPv4-mapped address; rank 1: RoCE v2 with a
+  // global IPv6 address; the rest is skipped. Lowest rank, then lowest index.
   const ibv_gid_entry* best = nullptr;
+  int best_rank = 2;
   std::string seen;
+  std::string candidates;
   for (const ibv_gid_entry& entry : *entries) {
-    absl::StrAppend(&seen, seen.empty() ? "" : ", ", entry.gid_index, "=",
-                    FormatGid(entry.gid), " (",
-                    GidTypeName(static_cast<ibv_gid_type>(entry.gid_type)),
-                    ")");
-    if (entry.gid_type != IBV_GID_TYPE_ROCE_V2) continue;
-    if (IsZeroGid(entry.gid) || IsLinkLocalGid(entry.gid)) continue;
-    if (!IsIpv4MappedGid(entry.gid)) continue;
-    if (best == nullptr || entry.gid_index < best->gid_index) best = &entry;
+    const std::string name = absl::StrCat(
+        entry.gid_index, "=", FormatGid(entry.gid), " (",
+        GidTypeName(static_cast<ibv_gid_type>(entry.gid_type)), ")");
+    absl::StrAppend(&seen, seen.empty() ? "" : ", ", name);
+    const char* skipped = nullptr;
+    int rank = 2;
+    if (entry.gid_type != IBV_GID_TYPE_ROCE_V2) {
+      skipped = "not RoCE v2, not routable across L3";
+    } else if (IsZeroGid(entry.gid)) {
+      skipped = "empty";
+    } else if (IsLinkLocalGid(entry.gid)) {
+      skipped = "link-local";
+    } else {
+      rank = IsIpv4MappedGid(entry.gid) ? 0 : 1;
+    }
+    absl::StrAppend(&candidates, "; ", name, ": ",
+                    skipped != nullptr ? absl::StrCat("skipped, ", skipped)
+                    : rank == 0        ? "IPv4"
+                                       : "IPv6 global, ranked below IPv4");
+    if (skipped == nullptr && rank < best_rank) {
+      best = &entry;
+      best_rank = rank;
+    }
   }
   if (best == nullptr) {
     return absl::NotFoundError(
-        absl::StrCat("no RoCE v2 GID with an IPv4-mapped address on ", where,
-                     " (GID table: ", seen.empty() ? "empty" : seen,
-                     "); give the netdev an IPv4 address or set MC_GID_INDEX"));
+        absl::StrCat("no RoCE v2 GID with an IPv4 or global IPv6 address on ",
+                     where, " (GID table: ", seen.empty() ? "empty" : seen,
+                     "); give the netdev an address or set MC_GID_INDEX"));
   }
-  return SelectedGid{best->gid_index, best->gid,
-                     static_cast<ibv_gid_type>(best->gid_type)};
+  SelectedGid selected;
+  selected.index = best->gid_index;
+  selected.gid = best->gid;
+  selected.gid_type = static_cast<ibv_gid_type>(best->gid_type);
+  selected.why = absl::StrCat(
+      "GID ", best->gid_index, " chosen: the first RoCE v2 ",
+      best_rank == 0 ? "IPv4" : "global IPv6 (no RoCE v2 IPv4 entry)",
+      " entry of ", where, candidates);
+  return selected;
 }
 
 }  // namespace rdma_transport

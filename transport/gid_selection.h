@@ -3,11 +3,13 @@
 // Choosing the local GID a QP's traffic is sourced from.
 //
 // With MC_GID_INDEX set, that entry is used (it must exist on the port).
-// Otherwise, on a RoCE port, the lowest-index RoCE v2 GID holding an
-// IPv4-mapped address (::ffff:a.b.c.d): RoCE v1 and IB-type entries, the zero
-// GID and link-local (fe80::/10) entries are skipped, since RoCE v2 over IPv4
-// is what routes across an L3 fabric and what DSCP/ToS marking applies to. On
-// an InfiniBand port, index 0 (the port GID).
+// Otherwise, on a RoCE port, candidates are ranked as UCX ranks them: the
+// lowest-index RoCE v2 GID holding an IPv4-mapped address (::ffff:a.b.c.d),
+// else the lowest-index RoCE v2 GID with a global IPv6 address. RoCE v1 and
+// IB-type entries, the zero GID and link-local (fe80::/10) entries are
+// skipped, since RoCE v2 over IP is what routes across an L3 fabric and what
+// DSCP/ToS marking applies to. On an InfiniBand port, index 0 (the port
+// GID). SelectedGid::why says which was taken and why each other was not.
 //
 // Stateless functions, safe for concurrent use. Errors: kNotFound when no
 // entry qualifies (the message lists what the table holds), or the verbs
@@ -31,6 +33,9 @@ struct SelectedGid {
   uint32_t index = 0;
   ibv_gid gid = {};
   ibv_gid_type gid_type = IBV_GID_TYPE_IB;
+  // "GID 3 chosen: the first RoCE v2 IPv4 entry of mlx5_0 port 1; 0=fe80::1
+  // (RoCE v2): skipped, link-local; ...": every candidate and its fate.
+  std::string why;
 };
 
 // Every valid GID entry of `port`, in index order. Uses ibv_query_gid_table

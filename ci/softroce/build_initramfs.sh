@@ -131,7 +131,10 @@ cp /etc/libibverbs.d/rxe.driver "$stage/etc/libibverbs.d/"
 
 # glibc dlopen()s libgcc_s to unwind on pthread_exit/pthread_cancel (rping,
 # any program with threads that exit); ldd does not list it either.
-libgcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ { print $NF; exit }')
+# awk reads to the end: with pipefail, an early exit SIGPIPEs ldconfig (its
+# ~60 KB listing) and the assignment fails under set -e without a word - the
+# "cannot build the initramfs" infrastructure failures (84 of 200 tries here).
+libgcc_s=$(ldconfig -p | awk '$1 == "libgcc_s.so.1" && /x86-64/ && !found { print $NF; found = 1 }')
 [[ -n "$libgcc_s" ]] || die "libgcc_s.so.1 not found"
 add_file "$libgcc_s" "$libgcc_s"
 

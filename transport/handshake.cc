@@ -24,9 +24,11 @@ constexpr uint32_t kMaxPsn = 0xFFFFFF;
 static_assert(kEndpointFieldsSize + kMaxTokenLength <= kMaxHandshakeBody);
 static_assert(kReasonLengthSize + kMaxReasonLength <= kMaxHandshakeBody);
 
-bool IsKnownType(uint8_t type) {
-  return type >= static_cast<uint8_t>(HandshakeType::kHello) &&
-         type <= static_cast<uint8_t>(HandshakeType::kReject);
+bool IsKnownType(uint16_t version, uint8_t type) {
+  const uint8_t last = version >= kHandshakeVersion
+                           ? static_cast<uint8_t>(HandshakeType::kEstablished)
+                           : static_cast<uint8_t>(HandshakeType::kReject);
+  return type >= static_cast<uint8_t>(HandshakeType::kHello) && type <= last;
 }
 
 absl::Status Invalid(HandshakeType type, const std::string& what) {
@@ -34,10 +36,11 @@ absl::Status Invalid(HandshakeType type, const std::string& what) {
       absl::StrCat("handshake ", HandshakeTypeName(type), ": ", what));
 }
 
-absl::Status UnknownType(unsigned type) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("handshake: unknown type ", type,
-                   " (expected 1 HELLO, 2 ACCEPT, 3 READY or 4 REJECT)"));
+absl::Status UnknownType(uint16_t version, unsigned type) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "handshake: unknown type ", type, " in a format-", version,
+      " frame (expected 1 HELLO, 2 ACCEPT, 3 READY, 4 REJECT",
+      version >= kHandshakeVersion ? " or 5 ESTABLISHED)" : ")"));
 }
 
 absl::Status OutOfRange(HandshakeType type, const char* field, int64_t value,
@@ -48,48 +51,61 @@ absl::Status OutOfRange(HandshakeType type, const char* field, int64_t value,
 
 bool IsPrintable(uint8_t c) { return c >= 0x20 && c <= 0x7e; }
 
-// What the body length of a `type` frame may be, before its fields are read:
-// exact for ACCEPT and READY, a range for HELLO and REJECT. Shared by header
-// and body decoding so a reader of a stream refuses a bad length before it
-// waits for the body.
-absl::Status CheckBodyLength(HandshakeType type, uint64_t length) {
+// What the body length of a `type` frame of `version` may be, before its
+// fields are read: exact for format-2 ACCEPT and READY, a range otherwise.
+// Shared by header and body decoding so a reader of a stream refuses a bad
+// length before it waits for the body.
+absl::Status CheckBodyLength(uint16_t version, HandshakeType type,
+                             uint64_t length) {
   if (length > kMaxHandshakeBody) {
     return absl::InvalidArgumentError(
         absl::StrCat("handshake: body length ", length, " exceeds the maximum ",
                      kMaxHandshakeBody));
   }
+  const bool legacy = version < kHandshakeVersion;
+  const size_t endpoint_fields =
+      kEndpointFieldsSize + (legacy ? 0 : kVersionRangeSize);
   switch (type) {
     case HandshakeType::kHello:
-      if (length < kEndpointFieldsSize) {
+      if (length < endpoint_fields) {
         return Invalid(type, absl::StrCat("body is ", length,
                                           " bytes, its fields need at least ",
-                                          kEndpointFieldsSize));
+                                          endpoint_fields));
       }
-      if (length > kEndpointFieldsSize + kMaxTokenLength) {
+      if (legacy && length > endpoint_fields + kMaxTokenLength) {
         return Invalid(
             type,
             absl::StrCat("body is ", length, " bytes, its fields need at most ",
-                         kEndpointFieldsSize + kMaxTokenLength, " (",
-                         kEndpointFieldsSize, " + a token of up to ",
+                         endpoint_fields + kMaxTokenLength, " (",
+                         endpoint_fields, " + a token of up to ",
                          kMaxTokenLength, ")"));
       }
       return absl::OkStatus();
     case HandshakeType::kAccept:
-      if (length != kEndpointFieldsSize) {
-        return Invalid(
-            type, absl::StrCat("body is ", length, " bytes, its fields need ",
-                               kEndpointFieldsSize));
+      if (legacy ? length != endpoint_fields : length < endpoint_fields) {
+        return Invalid(type, absl::StrCat("body is ", length,
+                                          " bytes, its fields need ",
+                                          legacy ? "" : "at least ",
+                                          endpoint_fields));
       }
       return absl::OkStatus();
     case HandshakeType::kReady:
-      if (length != 0) {
+      if (legacy && length != 0) {
         return Invalid(type,
                        absl::StrCat("body is ", length, " bytes, must be 0"));
       }
       return absl::OkStatus();
+    case HandshakeType::kEstablished:
+      if (legacy) return UnknownType(version, static_cast<unsigned>(type));
+      if (length < kEstablishedBodySize) {
+        return Invalid(type, absl::StrCat("body is ", length,
+                                          " bytes, its fields need at least ",
+                                          kEstablishedBodySize));
+      }
+      return absl::OkStatus();
     case HandshakeType::kReject:
       if (length < kReasonLengthSize + 1 ||
-          length > kReasonLengthSize + kMaxReasonLength) {
+          (legacy && length > kReasonLengthSize + kMaxReasonLength)) {
         return Invalid(
             type, absl::StrCat("body is ", length, " bytes, its fields need ",
                                kReasonLengthSize + 1, "..",
@@ -99,7 +115,7 @@ absl::Status CheckBodyLength(HandshakeType type, uint64_t length) {
       }
       return absl::OkStatus();
   }
-  return UnknownType(static_cast<unsigned>(type));
+  return UnknownType(version, static_cast<unsigned>(type));
 }
 
 // The value checks HELLO and ACCEPT share, for encoding and decoding alike.
@@ -278,11 +294,216 @@ absl::Status CheckReserved(HandshakeType type, const char* field,
   return Invalid(type, absl::StrCat(field, " is ", value, ", must be 0"));
 }
 
+const char* ExtensionName(uint16_t type) {
+  switch (static_cast<HandshakeExtensionType>(type)) {
+    case HandshakeExtensionType::kReadDepth:
+      return "READ_DEPTH";
+    case HandshakeExtensionType::kTraffic:
+      return "TRAFFIC";
+    case HandshakeExtensionType::kRetryAfter:
+      return "RETRY_AFTER";
+  }
+  return nullptr;
+}
+
+constexpr size_t kKnownExtensionSize = 4;
+
+// Whether a known extension may appear in a `type` frame.
+bool BelongsTo(HandshakeExtensionType extension, HandshakeType type) {
+  switch (extension) {
+    case HandshakeExtensionType::kReadDepth:
+    case HandshakeExtensionType::kTraffic:
+      return type == HandshakeType::kHello || type == HandshakeType::kAccept;
+    case HandshakeExtensionType::kRetryAfter:
+      return type == HandshakeType::kReject;
+  }
+  return false;
+}
+
+absl::Status CheckReadDepth(HandshakeType type, const ReadDepth& depth) {
+  if (depth.initiator < 1) {
+    return OutOfRange(type, "READ_DEPTH initiator", depth.initiator, 1, 255);
+  }
+  if (depth.responder < 1) {
+    return OutOfRange(type, "READ_DEPTH responder", depth.responder, 1, 255);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTraffic(HandshakeType type, const TrafficSettings& traffic) {
+  if (traffic.service_level.has_value() && *traffic.service_level > 15) {
+    return OutOfRange(type, "TRAFFIC service_level", *traffic.service_level, 0,
+                      15);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRetryAfter(HandshakeType type, uint32_t ms) {
+  if (ms < 1 || ms > kMaxRetryAfterMs) {
+    return OutOfRange(type, "RETRY_AFTER milliseconds", ms, 1,
+                      kMaxRetryAfterMs);
+  }
+  return absl::OkStatus();
+}
+
+// Decodes one known extension's value into `message`.
+absl::Status DecodeKnownExtension(HandshakeType type,
+                                  HandshakeExtensionType extension,
+                                  std::span<const uint8_t> value,
+                                  HandshakeMessage& message) {
+  Reader reader(value);
+  switch (extension) {
+    case HandshakeExtensionType::kReadDepth: {
+      ReadDepth depth;
+      depth.initiator = reader.U8();
+      depth.responder = reader.U8();
+      if (absl::Status status = CheckReserved(type, "READ_DEPTH reserved u16",
+                                              reader.U16());
+          !status.ok()) {
+        return status;
+      }
+      if (absl::Status status = CheckReadDepth(type, depth); !status.ok()) {
+        return status;
+      }
+      message.read_depth = depth;
+      return absl::OkStatus();
+    }
+    case HandshakeExtensionType::kTraffic: {
+      const uint8_t flags = reader.U8();
+      const uint8_t traffic_class = reader.U8();
+      const uint8_t service_level = reader.U8();
+      const uint8_t reserved = reader.U8();
+      if (flags & ~0x3) {
+        return Invalid(type, absl::StrFormat("TRAFFIC flags 0x%02x: only bits "
+                                             "0 and 1 are defined",
+                                             flags));
+      }
+      if (!(flags & 1) && traffic_class != 0) {
+        return Invalid(type, absl::StrCat("TRAFFIC traffic_class ",
+                                          traffic_class,
+                                          " must be 0 when flag bit 0 is "
+                                          "clear"));
+      }
+      if (!(flags & 2) && service_level != 0) {
+        return Invalid(type, absl::StrCat("TRAFFIC service_level ",
+                                          service_level,
+                                          " must be 0 when flag bit 1 is "
+                                          "clear"));
+      }
+      if (absl::Status status =
+              CheckReserved(type, "TRAFFIC reserved byte", reserved);
+          !status.ok()) {
+        return status;
+      }
+      TrafficSettings traffic;
+      if (flags & 1) traffic.traffic_class = traffic_class;
+      if (flags & 2) traffic.service_level = service_level;
+      if (absl::Status status = CheckTraffic(type, traffic); !status.ok()) {
+        return status;
+      }
+      message.traffic = traffic;
+      return absl::OkStatus();
+    }
+    case HandshakeExtensionType::kRetryAfter: {
+      const uint32_t ms = reader.U32();
+      if (absl::Status status = CheckRetryAfter(type, ms); !status.ok()) {
+        return status;
+      }
+      message.retry_after_ms = ms;
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The extensions that end a format-3 body.
+absl::Status DecodeExtensions(HandshakeType type,
+                              std::span<const uint8_t> bytes,
+                              HandshakeMessage& message) {
+  Reader reader(bytes);
+  int previous = -1;
+  size_t offset = 0;
+  while (offset < bytes.size()) {
+    if (bytes.size() - offset < kExtensionHeaderSize) {
+      return Invalid(type, absl::StrCat("truncated extension header: ",
+                                        bytes.size() - offset, " of ",
+                                        kExtensionHeaderSize, " bytes"));
+    }
+    const uint16_t ext_type = reader.U16();
+    const uint16_t length = reader.U16();
+    offset += kExtensionHeaderSize;
+    if (static_cast<int>(ext_type) <= previous) {
+      return Invalid(
+          type, absl::StrCat("extension type ", ext_type, " after type ",
+                             previous,
+                             ": types must ascend, each at most once"));
+    }
+    previous = ext_type;
+    if (length > bytes.size() - offset) {
+      return Invalid(type, absl::StrCat("extension type ", ext_type,
+                                        " says ", length, " bytes, ",
+                                        bytes.size() - offset, " remain"));
+    }
+    std::span<const uint8_t> value = reader.Bytes(length);
+    offset += length;
+    const char* name = ExtensionName(ext_type);
+    if (name == nullptr) {
+      if (ext_type & kCriticalExtension) {
+        return Invalid(type,
+                       absl::StrFormat("unknown critical extension 0x%04x "
+                                       "(the peer requires a feature this "
+                                       "side does not have)",
+                                       ext_type));
+      }
+      message.unknown_extensions.push_back(
+          {ext_type, std::vector<uint8_t>(value.begin(), value.end())});
+      continue;
+    }
+    const auto known = static_cast<HandshakeExtensionType>(ext_type);
+    if (!BelongsTo(known, type)) {
+      return Invalid(type, absl::StrCat("extension ", name,
+                                        " does not belong in this frame"));
+    }
+    if (length != kKnownExtensionSize) {
+      return Invalid(type, absl::StrCat("extension ", name, " is ", length,
+                                        " bytes, must be ",
+                                        kKnownExtensionSize));
+    }
+    if (absl::Status status = DecodeKnownExtension(type, known, value, message);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeVersionRange(HandshakeType type, Reader& reader,
+                                HandshakeMessage& message) {
+  message.min_version = reader.U16();
+  message.max_version = reader.U16();
+  if (message.min_version < 1 || message.min_version > message.max_version) {
+    return Invalid(type, absl::StrCat("version range ", message.min_version,
+                                      "..", message.max_version,
+                                      " is empty or starts at 0"));
+  }
+  if (type == HandshakeType::kAccept &&
+      message.min_version != message.max_version) {
+    return Invalid(type, absl::StrCat("version range ", message.min_version,
+                                      "..", message.max_version,
+                                      ": an ACCEPT names one version"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<HandshakeMessage> DecodeEndpointBody(
-    HandshakeType type, std::span<const uint8_t> body) {
+    uint16_t version, HandshakeType type, std::span<const uint8_t> body) {
+  const bool legacy = version < kHandshakeVersion;
+  const size_t fields_size =
+      kEndpointFieldsSize + (legacy ? 0 : kVersionRangeSize);
   Reader reader(body);
   HandshakeMessage message;
   message.type = type;
+  message.version = version;
   QpEndpoint& endpoint = message.endpoint;
   endpoint.qp_num = reader.U32();
   endpoint.psn = reader.U32();
@@ -302,9 +523,8 @@ absl::StatusOr<HandshakeMessage> DecodeEndpointBody(
   const uint16_t reserved_after_token_len = reader.U16();
   if (reader.failed()) {
     // CheckBodyLength() makes this unreachable.
-    return Invalid(
-        type, absl::StrCat("body is ", body.size(), " bytes, its fields need ",
-                           kEndpointFieldsSize));
+    return Invalid(type, absl::StrCat("body is ", body.size(),
+                                      " bytes, its fields need ", fields_size));
   }
 
   if (absl::Status status =
@@ -335,33 +555,71 @@ absl::StatusOr<HandshakeMessage> DecodeEndpointBody(
   if (absl::Status status = CheckTokenLength(type, token_len); !status.ok()) {
     return status;
   }
-  if (body.size() != kEndpointFieldsSize + token_len) {
+  if (!legacy) {
+    if (absl::Status status = DecodeVersionRange(type, reader, message);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (legacy ? body.size() != fields_size + token_len
+             : body.size() < fields_size + token_len) {
     return Invalid(
-        type,
-        absl::StrCat("body is ", body.size(), " bytes, its fields need ",
-                     kEndpointFieldsSize + token_len, " (", kEndpointFieldsSize,
-                     " + token_len ", token_len, ")"));
+        type, absl::StrCat("body is ", body.size(), " bytes, its fields need ",
+                           legacy ? "" : "at least ", fields_size + token_len,
+                           " (", fields_size, " + token_len ", token_len, ")"));
   }
   std::span<const uint8_t> token = reader.Bytes(token_len);
   message.token.assign(reinterpret_cast<const char*>(token.data()),
                        token.size());
+  if (!legacy) {
+    if (absl::Status status = DecodeExtensions(
+            type, body.subspan(fields_size + token_len), message);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return message;
+}
+
+absl::StatusOr<HandshakeMessage> DecodeEstablishedBody(
+    std::span<const uint8_t> body) {
+  constexpr HandshakeType type = HandshakeType::kEstablished;
+  Reader reader(body);
+  HandshakeMessage message;
+  message.type = type;
+  message.version = kHandshakeVersion;
+  message.probe_address = reader.U64();
+  message.probe_rkey = reader.U32();
+  if (absl::Status status = CheckReserved(type, "reserved u32 after probe_rkey",
+                                          reader.U32());
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = DecodeExtensions(
+          type, body.subspan(kEstablishedBodySize), message);
+      !status.ok()) {
+    return status;
+  }
   return message;
 }
 
 absl::StatusOr<HandshakeMessage> DecodeRejectBody(
-    std::span<const uint8_t> body) {
+    uint16_t version, std::span<const uint8_t> body) {
   constexpr HandshakeType type = HandshakeType::kReject;
   Reader reader(body);
   const uint16_t reason_len = reader.U16();
   if (reason_len < 1 || reason_len > kMaxReasonLength) {
     return OutOfRange(type, "reason_len", reason_len, 1, kMaxReasonLength);
   }
-  if (reader.failed() || body.size() != kReasonLengthSize + reason_len) {
-    return Invalid(
-        type,
-        absl::StrCat("body is ", body.size(), " bytes, its fields need ",
-                     kReasonLengthSize + reason_len, " (", kReasonLengthSize,
-                     " + reason_len ", reason_len, ")"));
+  const bool legacy = version < kHandshakeVersion;
+  const size_t needed = kReasonLengthSize + reason_len;
+  if (reader.failed() ||
+      (legacy ? body.size() != needed : body.size() < needed)) {
+    return Invalid(type, absl::StrCat("body is ", body.size(),
+                                      " bytes, its fields need ",
+                                      legacy ? "" : "at least ", needed, " (",
+                                      kReasonLengthSize, " + reason_len ",
+                                      reason_len, ")"));
   }
   std::span<const uint8_t> reason = reader.Bytes(reason_len);
   if (absl::Status status = CheckReason(type, reason); !status.ok()) {
@@ -369,17 +627,39 @@ absl::StatusOr<HandshakeMessage> DecodeRejectBody(
   }
   HandshakeMessage message;
   message.type = type;
+  message.version = version;
   message.reason.assign(reinterpret_cast<const char*>(reason.data()),
                         reason.size());
+  if (!legacy) {
+    if (absl::Status status =
+            DecodeExtensions(type, body.subspan(needed), message);
+        !status.ok()) {
+      return status;
+    }
+  }
   return message;
+}
+
+bool HasExtensions(const HandshakeMessage& message) {
+  return message.read_depth.has_value() || message.traffic.has_value() ||
+         message.retry_after_ms.has_value() ||
+         !message.unknown_extensions.empty();
 }
 
 absl::Status CheckMessage(const HandshakeMessage& message) {
   const HandshakeType type = message.type;
-  if (!IsKnownType(static_cast<uint8_t>(type))) {
-    return UnknownType(static_cast<unsigned>(type));
+  const uint16_t version = message.version;
+  if (version != kLegacyHandshakeVersion && version != kHandshakeVersion) {
+    return Invalid(type, absl::StrCat("frame format ", version, " is not ",
+                                      kLegacyHandshakeVersion, " or ",
+                                      kHandshakeVersion));
   }
-  if (type == HandshakeType::kHello || type == HandshakeType::kAccept) {
+  if (!IsKnownType(version, static_cast<uint8_t>(type))) {
+    return UnknownType(version, static_cast<unsigned>(type));
+  }
+  const bool endpoint =
+      type == HandshakeType::kHello || type == HandshakeType::kAccept;
+  if (endpoint) {
     if (absl::Status status = CheckEndpoint(
             type, message.endpoint, message.recv_slots, message.slot_size);
         !status.ok()) {
@@ -390,20 +670,114 @@ absl::Status CheckMessage(const HandshakeMessage& message) {
       !status.ok()) {
     return status;
   }
-  return CheckReason(type, AsBytes(message.reason));
+  if (absl::Status status = CheckReason(type, AsBytes(message.reason));
+      !status.ok()) {
+    return status;
+  }
+  if (version == kLegacyHandshakeVersion) {
+    if (HasExtensions(message)) {
+      return Invalid(type, "a format-2 frame carries no extensions");
+    }
+    return absl::OkStatus();
+  }
+  if (endpoint) {
+    if (message.min_version < 1 || message.min_version > message.max_version ||
+        (type == HandshakeType::kAccept &&
+         message.min_version != message.max_version)) {
+      return Invalid(type, absl::StrCat("version range ", message.min_version,
+                                        "..", message.max_version,
+                                        " is not valid here"));
+    }
+  }
+  auto misplaced = [&](HandshakeExtensionType extension) {
+    return Invalid(type, absl::StrCat("extension ",
+                                      ExtensionName(static_cast<uint16_t>(
+                                          extension)),
+                                      " does not belong in this frame"));
+  };
+  if (message.read_depth.has_value()) {
+    if (!BelongsTo(HandshakeExtensionType::kReadDepth, type)) {
+      return misplaced(HandshakeExtensionType::kReadDepth);
+    }
+    if (absl::Status status = CheckReadDepth(type, *message.read_depth);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (message.traffic.has_value()) {
+    if (!BelongsTo(HandshakeExtensionType::kTraffic, type)) {
+      return misplaced(HandshakeExtensionType::kTraffic);
+    }
+    if (absl::Status status = CheckTraffic(type, *message.traffic);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (message.retry_after_ms.has_value()) {
+    if (!BelongsTo(HandshakeExtensionType::kRetryAfter, type)) {
+      return misplaced(HandshakeExtensionType::kRetryAfter);
+    }
+    if (absl::Status status = CheckRetryAfter(type, *message.retry_after_ms);
+        !status.ok()) {
+      return status;
+    }
+  }
+  int previous = -1;
+  for (const HandshakeExtension& extension : message.unknown_extensions) {
+    if (ExtensionName(extension.type) != nullptr) {
+      return Invalid(type, absl::StrCat("extension type ", extension.type,
+                                        " is a known one: set its field"));
+    }
+    if (static_cast<int>(extension.type) <= previous) {
+      return Invalid(type, "unknown_extensions must ascend by type");
+    }
+    if (extension.value.size() > 0xFFFF) {
+      return Invalid(type, absl::StrCat("extension type ", extension.type,
+                                        " is longer than 65535 bytes"));
+    }
+    previous = extension.type;
+  }
+  return absl::OkStatus();
 }
 
-size_t BodySize(const HandshakeMessage& message) {
-  switch (message.type) {
-    case HandshakeType::kHello:
-    case HandshakeType::kAccept:
-      return kEndpointFieldsSize + message.token.size();
-    case HandshakeType::kReady:
-      return 0;
-    case HandshakeType::kReject:
-      return kReasonLengthSize + message.reason.size();
+// Every extension of `message` in ascending type order.
+void WriteExtensions(const HandshakeMessage& message, Writer& writer) {
+  auto unknown = message.unknown_extensions.begin();
+  auto write_unknown_below = [&](uint32_t limit) {
+    for (; unknown != message.unknown_extensions.end() && unknown->type < limit;
+         ++unknown) {
+      writer.U16(unknown->type);
+      writer.U16(static_cast<uint16_t>(unknown->value.size()));
+      writer.Bytes(unknown->value);
+    }
+  };
+  write_unknown_below(static_cast<uint16_t>(HandshakeExtensionType::kReadDepth));
+  if (message.read_depth.has_value()) {
+    writer.U16(static_cast<uint16_t>(HandshakeExtensionType::kReadDepth));
+    writer.U16(kKnownExtensionSize);
+    writer.U8(message.read_depth->initiator);
+    writer.U8(message.read_depth->responder);
+    writer.U16(0);
   }
-  return 0;
+  write_unknown_below(static_cast<uint16_t>(HandshakeExtensionType::kTraffic));
+  if (message.traffic.has_value()) {
+    const TrafficSettings& traffic = *message.traffic;
+    writer.U16(static_cast<uint16_t>(HandshakeExtensionType::kTraffic));
+    writer.U16(kKnownExtensionSize);
+    writer.U8((traffic.traffic_class.has_value() ? 1 : 0) |
+              (traffic.service_level.has_value() ? 2 : 0));
+    writer.U8(traffic.traffic_class.value_or(0));
+    writer.U8(traffic.service_level.value_or(0));
+    writer.U8(0);
+  }
+  write_unknown_below(
+      static_cast<uint16_t>(HandshakeExtensionType::kRetryAfter));
+  if (message.retry_after_ms.has_value()) {
+    writer.U16(static_cast<uint16_t>(HandshakeExtensionType::kRetryAfter));
+    writer.U16(kKnownExtensionSize);
+    writer.U32(*message.retry_after_ms);
+  }
+  write_unknown_below(0x10000);
 }
 
 }  // namespace
@@ -418,6 +792,8 @@ const char* HandshakeTypeName(HandshakeType type) {
       return "READY";
     case HandshakeType::kReject:
       return "REJECT";
+    case HandshakeType::kEstablished:
+      return "ESTABLISHED";
   }
   return "UNKNOWN";
 }
@@ -427,15 +803,16 @@ absl::StatusOr<std::vector<uint8_t>> EncodeHandshake(
   if (absl::Status status = CheckMessage(message); !status.ok()) {
     return status;
   }
-  const size_t body_size = BodySize(message);
+  const bool legacy = message.version < kHandshakeVersion;
   std::vector<uint8_t> out;
-  out.reserve(kHandshakeHeaderSize + body_size);
+  out.reserve(kHandshakeHeaderSize + kEndpointBodySize + kVersionRangeSize +
+              message.token.size() + 32);
   Writer writer(out);
   writer.U32(kHandshakeMagic);
-  writer.U16(kHandshakeVersion);
+  writer.U16(message.version);
   writer.U8(static_cast<uint8_t>(message.type));
   writer.U8(0);  // flags
-  writer.U32(static_cast<uint32_t>(body_size));
+  writer.U32(0);  // the body length, set below
   switch (message.type) {
     case HandshakeType::kHello:
     case HandshakeType::kAccept: {
@@ -455,15 +832,35 @@ absl::StatusOr<std::vector<uint8_t>> EncodeHandshake(
       writer.U32(0);
       writer.U16(static_cast<uint16_t>(message.token.size()));
       writer.U16(0);
+      if (!legacy) {
+        writer.U16(message.min_version);
+        writer.U16(message.max_version);
+      }
       writer.Bytes(AsBytes(message.token));
       break;
     }
     case HandshakeType::kReady:
       break;
+    case HandshakeType::kEstablished:
+      writer.U64(message.probe_address);
+      writer.U32(message.probe_rkey);
+      writer.U32(0);
+      break;
     case HandshakeType::kReject:
       writer.U16(static_cast<uint16_t>(message.reason.size()));
       writer.Bytes(AsBytes(message.reason));
       break;
+  }
+  if (!legacy) WriteExtensions(message, writer);
+  const size_t body_size = out.size() - kHandshakeHeaderSize;
+  if (body_size > kMaxHandshakeBody) {
+    return Invalid(message.type,
+                   absl::StrCat("body would be ", body_size,
+                                " bytes, more than the maximum ",
+                                kMaxHandshakeBody));
+  }
+  for (int i = 0; i < 4; ++i) {
+    out[8 + i] = static_cast<uint8_t>(body_size >> (24 - 8 * i));
   }
   return out;
 }
@@ -489,20 +886,23 @@ absl::StatusOr<HandshakeHeader> DecodeHandshakeHeader(
   if (magic != kHandshakeMagic) {
     return absl::InvalidArgumentError(BadMagic(magic, bytes.first<4>()));
   }
-  if (version != kHandshakeVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("handshake: peer speaks version ", version,
-                     ", this side speaks ", kHandshakeVersion));
+  if (version != kLegacyHandshakeVersion && version != kHandshakeVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "handshake: peer speaks frame format ", version,
+        ", this side speaks formats ", kLegacyHandshakeVersion, " and ",
+        kHandshakeVersion, " (protocol versions ", kMinHandshakeVersion, "..",
+        kHandshakeVersion, ")"));
   }
-  if (!IsKnownType(type)) return UnknownType(type);
+  if (!IsKnownType(version, type)) return UnknownType(version, type);
   if (flags != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("handshake: flags 0x%02x must be 0", flags));
   }
   HandshakeHeader header;
   header.type = static_cast<HandshakeType>(type);
+  header.version = version;
   header.body_length = length;
-  if (absl::Status status = CheckBodyLength(header.type, length);
+  if (absl::Status status = CheckBodyLength(version, header.type, length);
       !status.ok()) {
     return status;
   }
@@ -512,30 +912,44 @@ absl::StatusOr<HandshakeHeader> DecodeHandshakeHeader(
 absl::StatusOr<HandshakeMessage> DecodeHandshakeBody(
     const HandshakeHeader& header, std::span<const uint8_t> body) {
   const HandshakeType type = header.type;
-  if (!IsKnownType(static_cast<uint8_t>(type))) {
-    return UnknownType(static_cast<unsigned>(type));
+  const uint16_t version = header.version;
+  if (version != kLegacyHandshakeVersion && version != kHandshakeVersion) {
+    return Invalid(type, absl::StrCat("frame format ", version, " is not ",
+                                      kLegacyHandshakeVersion, " or ",
+                                      kHandshakeVersion));
+  }
+  if (!IsKnownType(version, static_cast<uint8_t>(type))) {
+    return UnknownType(version, static_cast<unsigned>(type));
   }
   if (body.size() != header.body_length) {
     return Invalid(
         type, absl::StrCat("body is ", body.size(),
                            " bytes but the header says ", header.body_length));
   }
-  if (absl::Status status = CheckBodyLength(type, body.size()); !status.ok()) {
+  if (absl::Status status = CheckBodyLength(version, type, body.size());
+      !status.ok()) {
     return status;
   }
   switch (type) {
     case HandshakeType::kHello:
     case HandshakeType::kAccept:
-      return DecodeEndpointBody(type, body);
+      return DecodeEndpointBody(version, type, body);
     case HandshakeType::kReady: {
       HandshakeMessage message;
       message.type = type;
+      message.version = version;
+      if (absl::Status status = DecodeExtensions(type, body, message);
+          !status.ok()) {
+        return status;
+      }
       return message;
     }
+    case HandshakeType::kEstablished:
+      return DecodeEstablishedBody(body);
     case HandshakeType::kReject:
-      return DecodeRejectBody(body);
+      return DecodeRejectBody(version, body);
   }
-  return UnknownType(static_cast<unsigned>(type));
+  return UnknownType(version, static_cast<unsigned>(type));
 }
 
 absl::StatusOr<HandshakeMessage> DecodeHandshakeFrame(
@@ -557,6 +971,18 @@ absl::StatusOr<HandshakeMessage> DecodeHandshakeFrame(
                                               frame_size, "-byte frame"));
   }
   return DecodeHandshakeBody(*header, bytes.subspan(kHandshakeHeaderSize));
+}
+
+absl::StatusOr<uint16_t> ChooseHandshakeVersion(uint16_t peer_min,
+                                                uint16_t peer_max) {
+  const uint16_t chosen = std::min(peer_max, kHandshakeVersion);
+  if (peer_min > peer_max || chosen < std::max(peer_min, kMinHandshakeVersion)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "handshake: the peer speaks protocol versions ", peer_min, "..",
+        peer_max, ", this side ", kMinHandshakeVersion, "..",
+        kHandshakeVersion, ": none in common"));
+  }
+  return chosen;
 }
 
 }  // namespace rdma_transport

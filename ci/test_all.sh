@@ -54,7 +54,8 @@ stage "bazel test --config=ubsan //..." bazel test --config=ubsan //...
 stage "bazel test --config=tsan (threaded suites)" \
   bazel test --config=tsan --test_arg=--gtest_filter=-*Gibibyte* \
   "${threaded_targets[@]}"
-stage "fuzzing (${FUZZ_SECONDS:-60} s per fuzzer)" tests/fuzz/run_fuzzers.sh
+stage "fuzzing (handshake 10 M executions, config ${FUZZ_SECONDS:-60} s)" \
+  tests/fuzz/run_fuzzers.sh
 tools_on_the_sim() {
   bazel build -c opt //tools:rdma_demo //tools:rdma_pingpong //tools:rdma_bw \
     //transport:transport_benchmark

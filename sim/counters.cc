@@ -58,6 +58,9 @@ SimCounters& SimCounters::operator+=(const SimCounters& other) {
   rnr_naks += other.rnr_naks;
   cq_overruns += other.cq_overruns;
   completions_lost += other.completions_lost;
+  memory_registrations += other.memory_registrations;
+  bytes_registered += other.bytes_registered;
+  qps_created += other.qps_created;
   for (size_t i = 0; i < kWcStatusCount; ++i) {
     completions_by_status[i] += other.completions_by_status[i];
   }
@@ -76,6 +79,9 @@ std::string SimCounters::ToString() const {
   add("send_wrs_posted", send_wrs_posted);
   add("recv_wrs_posted", recv_wrs_posted);
   add("inline_sends", inline_sends);
+  add("memory_registrations", memory_registrations);
+  add("bytes_registered", bytes_registered);
+  add("qps_created", qps_created);
   add("payload_bytes_delivered", payload_bytes_delivered);
   add("dma_read_bytes", dma_read_bytes);
   add("packets_sent", packets_sent);

@@ -55,6 +55,11 @@ struct SimCounters {
   // CQs that overflowed, and completions lost because their CQ had.
   uint64_t cq_overruns = 0;
   uint64_t completions_lost = 0;
+  // Verbs objects created on this device, ever (the leak report lists those
+  // still alive): memory registrations and the bytes they cover, QPs.
+  uint64_t memory_registrations = 0;
+  uint64_t bytes_registered = 0;
+  uint64_t qps_created = 0;
   // Completions written to this device's CQs, by ibv_wc_status.
   std::array<uint64_t, kWcStatusCount> completions_by_status{};
   // Async events queued on this device's contexts, by ibv_event_type: one

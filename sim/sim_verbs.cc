@@ -434,6 +434,8 @@ absl::StatusOr<ibv_mr*> SimVerbs::RegMr(ibv_pd* pd, void* addr, size_t length,
   mr->verbs.rkey = key;
   ++sim_pd->live_mrs;
   ++device.live_mrs;
+  ++device.counters.memory_registrations;
+  device.counters.bytes_registered += length;
   device.mrs_by_key[key] = mr.get();
   ibv_mr* handle = &mr->verbs;
   core.mrs.emplace(handle, std::move(mr));
@@ -714,6 +716,7 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
   ++recv_cq->live_qps;
   ++sim_pd->live_qps;
   ++device.live_qps;
+  ++device.counters.qps_created;
   core.RegisterQpLocked(*qp);
   verbs.qp_num = qp->qp_num;
   ibv_qp* handle = &qp->verbs;

@@ -150,7 +150,7 @@ Connection::~Connection() {
   if (!closed_) (void)Close(env_.Now());
 }
 
-absl::Status Connection::CreateResources() {
+absl::Status Connection::CreateQueues() {
   const ConnectionOptions& o = options_;
   if (o.recv_slots < kMinRecvSlots || o.recv_slots > kMaxRecvSlots) {
     return absl::InvalidArgumentError(
@@ -239,7 +239,18 @@ absl::Status Connection::CreateResources() {
   absl::StatusOr<NegotiatedQp> qp = context_.CreateRcQp(caps, cq_, cq_);
   if (!qp.ok()) return qp.status();
   inline_ = *std::move(qp);
+  context_.RegisterListener(this, inline_.qp, cq_);
+  registered_ = true;
 
+  arrived_.assign(o.recv_slots, {0, 0});
+  send_slot_seq_.assign(o.send_slots, 0);
+  rdma_wrs_.assign(o.max_rdma_batch, ibv_send_wr{});
+  rdma_sges_.assign(o.max_rdma_batch, ibv_sge{});
+  return absl::OkStatus();
+}
+
+absl::Status Connection::CreateBuffers() {
+  const ConnectionOptions& o = options_;
   slot_size_ = std::max<uint32_t>(o.max_message_size, 64);
   const size_t send_bytes = RoundUp(size_t{slot_size_} * o.send_slots, 4096);
   const size_t recv_bytes = RoundUp(size_t{slot_size_} * o.recv_slots, 4096);
@@ -269,14 +280,12 @@ absl::Status Connection::CreateResources() {
       {probe_buffer_.get(), kProbeSlotSize}, MemoryAccess::kRemoteWrite);
   if (!probe.ok()) return probe.status();
   probe_slot_ = *std::move(probe);
-  context_.RegisterListener(this, inline_.qp, cq_);
-  registered_ = true;
-
-  arrived_.assign(o.recv_slots, {0, 0});
-  send_slot_seq_.assign(o.send_slots, 0);
-  rdma_wrs_.assign(o.max_rdma_batch, ibv_send_wr{});
-  rdma_sges_.assign(o.max_rdma_batch, ibv_sge{});
   return absl::OkStatus();
+}
+
+absl::Status Connection::CreateResources() {
+  if (absl::Status status = CreateQueues(); !status.ok()) return status;
+  return CreateBuffers();
 }
 
 QpEndpoint Connection::LocalEndpoint() const {
@@ -311,11 +320,19 @@ void Connection::OnAsyncEvent(ibv_event_type type) {
 absl::Status Connection::Establish(const QpEndpoint& remote,
                                    uint32_t peer_recv_slots,
                                    uint32_t peer_slot_size,
-                                   const RemoteRegion& peer_probe) {
-  if (absl::Status status = context_.ConnectRcQp(inline_.qp, psn_, remote);
+                                   const RemoteRegion& peer_probe,
+                                   const ConnectionPath& path) {
+  QpPathSettings settings;
+  settings.max_rd_atomic = path.max_rd_atomic;
+  settings.max_dest_rd_atomic = path.max_dest_rd_atomic;
+  settings.traffic_class = path.traffic_class;
+  settings.service_level = path.service_level;
+  if (absl::Status status =
+          context_.ConnectRcQp(inline_.qp, psn_, remote, settings);
       !status.ok()) {
     return WithContext(status, name_);
   }
+  path_ = path;
   std::unique_lock<std::mutex> lock(mu_);
   for (uint32_t slot = 0; slot < options_.recv_slots; ++slot) {
     if (absl::Status status = RepostLocked(slot); !status.ok()) {
@@ -329,6 +346,11 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
   last_activity_ = env_.Now();
   LeaveLocked(lock);
   return absl::OkStatus();
+}
+
+void Connection::SetPeerProbe(const RemoteRegion& peer_probe) {
+  std::unique_lock<std::mutex> lock(mu_);
+  peer_probe_ = peer_probe;
 }
 
 int Connection::event_fd() const { return epoll_fd_; }

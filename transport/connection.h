@@ -107,6 +107,7 @@
 #include "transport/credits.h"
 #include "transport/deadline.h"
 #include "transport/memory_region.h"
+#include "transport/negotiation.h"
 #include "transport/tcp.h"
 #include "verbs_shim/env.h"
 
@@ -216,6 +217,10 @@ class Connection final : private AsyncEventListener {
   uint32_t max_message_size() const { return send_limit_; }
   uint32_t usable_inline() const { return inline_.usable_inline; }
   const NegotiatedQp& negotiated_qp() const { return inline_; }
+  // What the handshake settled: protocol version, path MTU (and a note when
+  // the two sides' MTUs differed), READ depths, traffic class and service
+  // level (transport/negotiation.h). Fixed once the connection is returned.
+  const ConnectionPath& path() const { return path_; }
   // kEvent: the readiness fd (see above), else -1.
   int event_fd() const;
   // The QP, for inspection (Verbs::QueryQp) only.
@@ -243,14 +248,21 @@ class Connection final : private AsyncEventListener {
   Connection(const Context& context, const ConnectionOptions& options,
              std::string name);
 
-  // Setup, used by ConnectionSetup (listener.cc).
+  // Setup, used by ConnectionSetup (listener.cc). CreateResources() is
+  // CreateQueues() (CQ, QP in RESET, channel: no registered memory) then
+  // CreateBuffers() (rings and probe slot, registered).
   absl::Status CreateResources();
+  absl::Status CreateQueues();
+  absl::Status CreateBuffers();
   QpEndpoint LocalEndpoint() const;
   // The probe slot the peer's keepalives write into.
   RemoteRegion ProbeTarget() const;
   absl::Status Establish(const QpEndpoint& remote, uint32_t peer_recv_slots,
                          uint32_t peer_slot_size,
-                         const RemoteRegion& peer_probe);
+                         const RemoteRegion& peer_probe,
+                         const ConnectionPath& path);
+  // A protocol-3 client learns the server's probe slot after Establish().
+  void SetPeerProbe(const RemoteRegion& peer_probe);
   // The setup stream, kept open to notice the peer's process exiting.
   void AdoptSetupStream(Socket stream);
 
@@ -360,6 +372,7 @@ class Connection final : private AsyncEventListener {
   std::unique_ptr<std::byte, FreeDeleter> probe_buffer_;
   MemoryRegion probe_slot_;
   RemoteRegion peer_probe_;
+  ConnectionPath path_;
   Socket setup_;
   bool setup_watched_ = false;  // setup_ open and not yet at EOF
   bool peer_goodbye_ = false;

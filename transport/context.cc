@@ -264,4 +264,19 @@ absl::Status Context::ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
   return BringUpRcQp(verbs_, qp, Route(local_psn), remote, config_);
 }
 
+absl::Status Context::ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
+                                  const QpEndpoint& remote,
+                                  const QpPathSettings& settings) const {
+  LocalRoute route = Route(local_psn);
+  route.max_rd_atomic = std::max<uint8_t>(settings.max_rd_atomic, 1);
+  route.max_dest_rd_atomic = std::max<uint8_t>(settings.max_dest_rd_atomic, 1);
+  TransportConfig config = config_;
+  config.traffic_class = settings.traffic_class;
+  config.service_level = settings.service_level;
+  // A traffic class needs the GRH on InfiniBand too.
+  route.use_global_route =
+      route.use_global_route || settings.traffic_class.has_value();
+  return BringUpRcQp(verbs_, qp, route, remote, config);
+}
+
 }  // namespace rdma_transport

@@ -133,6 +133,11 @@ class Context {
   // traffic class, service level and MTU.
   absl::Status ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
                            const QpEndpoint& remote) const;
+  // The same with what the handshake settled (READ depths, traffic class and
+  // service level) in place of the Context's own.
+  absl::Status ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
+                           const QpEndpoint& remote,
+                           const QpPathSettings& settings) const;
 
   // Reads and dispatches every pending async event (see above); returns how
   // many. Never blocks; a concurrent call returns 0 at once.

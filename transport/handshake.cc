@@ -37,10 +37,10 @@ absl::Status Invalid(HandshakeType type, const std::string& what) {
 }
 
 absl::Status UnknownType(uint16_t version, unsigned type) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "handshake: unknown type ", type, " in a format-", version,
-      " frame (expected 1 HELLO, 2 ACCEPT, 3 READY, 4 REJECT",
-      version >= kHandshakeVersion ? " or 5 ESTABLISHED)" : ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("handshake: unknown type ", type, " in a format-", version,
+                   " frame (expected 1 HELLO, 2 ACCEPT, 3 READY, 4 REJECT",
+                   version >= kHandshakeVersion ? " or 5 ESTABLISHED)" : ")"));
 }
 
 absl::Status OutOfRange(HandshakeType type, const char* field, int64_t value,
@@ -74,19 +74,17 @@ absl::Status CheckBodyLength(uint16_t version, HandshakeType type,
       }
       if (legacy && length > endpoint_fields + kMaxTokenLength) {
         return Invalid(
-            type,
-            absl::StrCat("body is ", length, " bytes, its fields need at most ",
-                         endpoint_fields + kMaxTokenLength, " (",
-                         endpoint_fields, " + a token of up to ",
-                         kMaxTokenLength, ")"));
+            type, absl::StrCat(
+                      "body is ", length, " bytes, its fields need at most ",
+                      endpoint_fields + kMaxTokenLength, " (", endpoint_fields,
+                      " + a token of up to ", kMaxTokenLength, ")"));
       }
       return absl::OkStatus();
     case HandshakeType::kAccept:
       if (legacy ? length != endpoint_fields : length < endpoint_fields) {
-        return Invalid(type, absl::StrCat("body is ", length,
-                                          " bytes, its fields need ",
-                                          legacy ? "" : "at least ",
-                                          endpoint_fields));
+        return Invalid(
+            type, absl::StrCat("body is ", length, " bytes, its fields need ",
+                               legacy ? "" : "at least ", endpoint_fields));
       }
       return absl::OkStatus();
     case HandshakeType::kReady:
@@ -357,8 +355,8 @@ absl::Status DecodeKnownExtension(HandshakeType type,
       ReadDepth depth;
       depth.initiator = reader.U8();
       depth.responder = reader.U8();
-      if (absl::Status status = CheckReserved(type, "READ_DEPTH reserved u16",
-                                              reader.U16());
+      if (absl::Status status =
+              CheckReserved(type, "READ_DEPTH reserved u16", reader.U16());
           !status.ok()) {
         return status;
       }
@@ -379,16 +377,16 @@ absl::Status DecodeKnownExtension(HandshakeType type,
                                              flags));
       }
       if (!(flags & 1) && traffic_class != 0) {
-        return Invalid(type, absl::StrCat("TRAFFIC traffic_class ",
-                                          traffic_class,
-                                          " must be 0 when flag bit 0 is "
-                                          "clear"));
+        return Invalid(type,
+                       absl::StrCat("TRAFFIC traffic_class ", traffic_class,
+                                    " must be 0 when flag bit 0 is "
+                                    "clear"));
       }
       if (!(flags & 2) && service_level != 0) {
-        return Invalid(type, absl::StrCat("TRAFFIC service_level ",
-                                          service_level,
-                                          " must be 0 when flag bit 1 is "
-                                          "clear"));
+        return Invalid(type,
+                       absl::StrCat("TRAFFIC service_level ", service_level,
+                                    " must be 0 when flag bit 1 is "
+                                    "clear"));
       }
       if (absl::Status status =
               CheckReserved(type, "TRAFFIC reserved byte", reserved);
@@ -434,15 +432,15 @@ absl::Status DecodeExtensions(HandshakeType type,
     offset += kExtensionHeaderSize;
     if (static_cast<int>(ext_type) <= previous) {
       return Invalid(
-          type, absl::StrCat("extension type ", ext_type, " after type ",
-                             previous,
-                             ": types must ascend, each at most once"));
+          type,
+          absl::StrCat("extension type ", ext_type, " after type ", previous,
+                       ": types must ascend, each at most once"));
     }
     previous = ext_type;
     if (length > bytes.size() - offset) {
-      return Invalid(type, absl::StrCat("extension type ", ext_type,
-                                        " says ", length, " bytes, ",
-                                        bytes.size() - offset, " remain"));
+      return Invalid(
+          type, absl::StrCat("extension type ", ext_type, " says ", length,
+                             " bytes, ", bytes.size() - offset, " remain"));
     }
     std::span<const uint8_t> value = reader.Bytes(length);
     offset += length;
@@ -465,9 +463,9 @@ absl::Status DecodeExtensions(HandshakeType type,
                                         " does not belong in this frame"));
     }
     if (length != kKnownExtensionSize) {
-      return Invalid(type, absl::StrCat("extension ", name, " is ", length,
-                                        " bytes, must be ",
-                                        kKnownExtensionSize));
+      return Invalid(type,
+                     absl::StrCat("extension ", name, " is ", length,
+                                  " bytes, must be ", kKnownExtensionSize));
     }
     if (absl::Status status = DecodeKnownExtension(type, known, value, message);
         !status.ok()) {
@@ -482,9 +480,9 @@ absl::Status DecodeVersionRange(HandshakeType type, Reader& reader,
   message.min_version = reader.U16();
   message.max_version = reader.U16();
   if (message.min_version < 1 || message.min_version > message.max_version) {
-    return Invalid(type, absl::StrCat("version range ", message.min_version,
-                                      "..", message.max_version,
-                                      " is empty or starts at 0"));
+    return Invalid(
+        type, absl::StrCat("version range ", message.min_version, "..",
+                           message.max_version, " is empty or starts at 0"));
   }
   if (type == HandshakeType::kAccept &&
       message.min_version != message.max_version) {
@@ -590,13 +588,13 @@ absl::StatusOr<HandshakeMessage> DecodeEstablishedBody(
   message.version = kHandshakeVersion;
   message.probe_address = reader.U64();
   message.probe_rkey = reader.U32();
-  if (absl::Status status = CheckReserved(type, "reserved u32 after probe_rkey",
-                                          reader.U32());
+  if (absl::Status status =
+          CheckReserved(type, "reserved u32 after probe_rkey", reader.U32());
       !status.ok()) {
     return status;
   }
-  if (absl::Status status = DecodeExtensions(
-          type, body.subspan(kEstablishedBodySize), message);
+  if (absl::Status status =
+          DecodeExtensions(type, body.subspan(kEstablishedBodySize), message);
       !status.ok()) {
     return status;
   }
@@ -615,11 +613,11 @@ absl::StatusOr<HandshakeMessage> DecodeRejectBody(
   const size_t needed = kReasonLengthSize + reason_len;
   if (reader.failed() ||
       (legacy ? body.size() != needed : body.size() < needed)) {
-    return Invalid(type, absl::StrCat("body is ", body.size(),
-                                      " bytes, its fields need ",
-                                      legacy ? "" : "at least ", needed, " (",
-                                      kReasonLengthSize, " + reason_len ",
-                                      reason_len, ")"));
+    return Invalid(
+        type,
+        absl::StrCat("body is ", body.size(), " bytes, its fields need ",
+                     legacy ? "" : "at least ", needed, " (", kReasonLengthSize,
+                     " + reason_len ", reason_len, ")"));
   }
   std::span<const uint8_t> reason = reader.Bytes(reason_len);
   if (absl::Status status = CheckReason(type, reason); !status.ok()) {
@@ -650,9 +648,9 @@ absl::Status CheckMessage(const HandshakeMessage& message) {
   const HandshakeType type = message.type;
   const uint16_t version = message.version;
   if (version != kLegacyHandshakeVersion && version != kHandshakeVersion) {
-    return Invalid(type, absl::StrCat("frame format ", version, " is not ",
-                                      kLegacyHandshakeVersion, " or ",
-                                      kHandshakeVersion));
+    return Invalid(
+        type, absl::StrCat("frame format ", version, " is not ",
+                           kLegacyHandshakeVersion, " or ", kHandshakeVersion));
   }
   if (!IsKnownType(version, static_cast<uint8_t>(type))) {
     return UnknownType(version, static_cast<unsigned>(type));
@@ -684,16 +682,16 @@ absl::Status CheckMessage(const HandshakeMessage& message) {
     if (message.min_version < 1 || message.min_version > message.max_version ||
         (type == HandshakeType::kAccept &&
          message.min_version != message.max_version)) {
-      return Invalid(type, absl::StrCat("version range ", message.min_version,
-                                        "..", message.max_version,
-                                        " is not valid here"));
+      return Invalid(type,
+                     absl::StrCat("version range ", message.min_version, "..",
+                                  message.max_version, " is not valid here"));
     }
   }
   auto misplaced = [&](HandshakeExtensionType extension) {
-    return Invalid(type, absl::StrCat("extension ",
-                                      ExtensionName(static_cast<uint16_t>(
-                                          extension)),
-                                      " does not belong in this frame"));
+    return Invalid(type,
+                   absl::StrCat("extension ",
+                                ExtensionName(static_cast<uint16_t>(extension)),
+                                " does not belong in this frame"));
   };
   if (message.read_depth.has_value()) {
     if (!BelongsTo(HandshakeExtensionType::kReadDepth, type)) {
@@ -751,7 +749,8 @@ void WriteExtensions(const HandshakeMessage& message, Writer& writer) {
       writer.Bytes(unknown->value);
     }
   };
-  write_unknown_below(static_cast<uint16_t>(HandshakeExtensionType::kReadDepth));
+  write_unknown_below(
+      static_cast<uint16_t>(HandshakeExtensionType::kReadDepth));
   if (message.read_depth.has_value()) {
     writer.U16(static_cast<uint16_t>(HandshakeExtensionType::kReadDepth));
     writer.U16(kKnownExtensionSize);
@@ -811,7 +810,7 @@ absl::StatusOr<std::vector<uint8_t>> EncodeHandshake(
   writer.U32(kHandshakeMagic);
   writer.U16(message.version);
   writer.U8(static_cast<uint8_t>(message.type));
-  writer.U8(0);  // flags
+  writer.U8(0);   // flags
   writer.U32(0);  // the body length, set below
   switch (message.type) {
     case HandshakeType::kHello:
@@ -854,10 +853,9 @@ absl::StatusOr<std::vector<uint8_t>> EncodeHandshake(
   if (!legacy) WriteExtensions(message, writer);
   const size_t body_size = out.size() - kHandshakeHeaderSize;
   if (body_size > kMaxHandshakeBody) {
-    return Invalid(message.type,
-                   absl::StrCat("body would be ", body_size,
-                                " bytes, more than the maximum ",
-                                kMaxHandshakeBody));
+    return Invalid(message.type, absl::StrCat("body would be ", body_size,
+                                              " bytes, more than the maximum ",
+                                              kMaxHandshakeBody));
   }
   for (int i = 0; i < 4; ++i) {
     out[8 + i] = static_cast<uint8_t>(body_size >> (24 - 8 * i));
@@ -887,11 +885,11 @@ absl::StatusOr<HandshakeHeader> DecodeHandshakeHeader(
     return absl::InvalidArgumentError(BadMagic(magic, bytes.first<4>()));
   }
   if (version != kLegacyHandshakeVersion && version != kHandshakeVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "handshake: peer speaks frame format ", version,
-        ", this side speaks formats ", kLegacyHandshakeVersion, " and ",
-        kHandshakeVersion, " (protocol versions ", kMinHandshakeVersion, "..",
-        kHandshakeVersion, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("handshake: peer speaks frame format ", version,
+                     ", this side speaks formats ", kLegacyHandshakeVersion,
+                     " and ", kHandshakeVersion, " (protocol versions ",
+                     kMinHandshakeVersion, "..", kHandshakeVersion, ")"));
   }
   if (!IsKnownType(version, type)) return UnknownType(version, type);
   if (flags != 0) {
@@ -914,9 +912,9 @@ absl::StatusOr<HandshakeMessage> DecodeHandshakeBody(
   const HandshakeType type = header.type;
   const uint16_t version = header.version;
   if (version != kLegacyHandshakeVersion && version != kHandshakeVersion) {
-    return Invalid(type, absl::StrCat("frame format ", version, " is not ",
-                                      kLegacyHandshakeVersion, " or ",
-                                      kHandshakeVersion));
+    return Invalid(
+        type, absl::StrCat("frame format ", version, " is not ",
+                           kLegacyHandshakeVersion, " or ", kHandshakeVersion));
   }
   if (!IsKnownType(version, static_cast<uint8_t>(type))) {
     return UnknownType(version, static_cast<unsigned>(type));
@@ -976,11 +974,12 @@ absl::StatusOr<HandshakeMessage> DecodeHandshakeFrame(
 absl::StatusOr<uint16_t> ChooseHandshakeVersion(uint16_t peer_min,
                                                 uint16_t peer_max) {
   const uint16_t chosen = std::min(peer_max, kHandshakeVersion);
-  if (peer_min > peer_max || chosen < std::max(peer_min, kMinHandshakeVersion)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "handshake: the peer speaks protocol versions ", peer_min, "..",
-        peer_max, ", this side ", kMinHandshakeVersion, "..",
-        kHandshakeVersion, ": none in common"));
+  if (peer_min > peer_max ||
+      chosen < std::max(peer_min, kMinHandshakeVersion)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("handshake: the peer speaks protocol versions ", peer_min,
+                     "..", peer_max, ", this side ", kMinHandshakeVersion, "..",
+                     kHandshakeVersion, ": none in common"));
   }
   return chosen;
 }

@@ -168,7 +168,7 @@ struct HandshakeMessage {
   // REJECT only.
   std::string reason;
   // Format-3 extensions.
-  std::optional<ReadDepth> read_depth;    // HELLO, ACCEPT
+  std::optional<ReadDepth> read_depth;     // HELLO, ACCEPT
   std::optional<TrafficSettings> traffic;  // HELLO, ACCEPT
   std::optional<uint32_t> retry_after_ms;  // REJECT
   // Decoding: the extensions skipped. Encoding: written as they are, in type

@@ -314,7 +314,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "bad magic 0x00000001 (expected 0x52445450 \"RDTP\")"},
         BadFrame{"Version",
                  [] { return Hello([](auto& b) { Put16(b, kVersionAt, 1); }); },
-                 "handshake: peer speaks frame format 1, this side speaks formats 2 and 3"},
+                 "handshake: peer speaks frame format 1, this side speaks "
+                 "formats 2 and 3"},
         BadFrame{"FutureFormat",
                  [] { return Hello([](auto& b) { Put16(b, kVersionAt, 4); }); },
                  "handshake: peer speaks frame format 4"},
@@ -835,7 +836,8 @@ TEST(HandshakeV3Test, LegacyFramesStayDecodable) {
 
 TEST(HandshakeV3Test, UnknownExtensionsAreSkippedCriticalOnesRefused) {
   HandshakeMessage hello = GoldenHelloV3();
-  hello.unknown_extensions = {{0x0007, {}}, {0x7fff, std::vector<uint8_t>(300)}};
+  hello.unknown_extensions = {{0x0007, {}},
+                              {0x7fff, std::vector<uint8_t>(300)}};
   absl::StatusOr<HandshakeMessage> decoded =
       DecodeHandshakeFrame(Encode(hello));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -870,38 +872,38 @@ std::vector<uint8_t> HelloWithExtensions(std::vector<uint8_t> extensions) {
 }
 
 TEST(HandshakeV3Test, MalformedExtensionsFailNamingWhatIsWrong) {
-  EXPECT_TRUE(IsInvalid(DecodeHandshakeFrame(ReadyWithExtensions({0x00}))
-                            .status(),
-                        "truncated extension header: 1 of 4 bytes"));
+  EXPECT_TRUE(
+      IsInvalid(DecodeHandshakeFrame(ReadyWithExtensions({0x00})).status(),
+                "truncated extension header: 1 of 4 bytes"));
   EXPECT_TRUE(IsInvalid(
       DecodeHandshakeFrame(ReadyWithExtensions({0x00, 0x09, 0x00, 0x05, 1}))
           .status(),
       "extension type 9 says 5 bytes, 1 remain"));
-  EXPECT_TRUE(IsInvalid(DecodeHandshakeFrame(
-                            ReadyWithExtensions({0x00, 0x09, 0x00, 0x00, 0x00,
-                                                 0x08, 0x00, 0x00}))
-                            .status(),
-                        "extension type 8 after type 9: types must ascend"));
-  EXPECT_TRUE(IsInvalid(DecodeHandshakeFrame(
-                            ReadyWithExtensions({0x00, 0x09, 0x00, 0x00, 0x00,
-                                                 0x09, 0x00, 0x00}))
-                            .status(),
-                        "each at most once"));
+  EXPECT_TRUE(IsInvalid(
+      DecodeHandshakeFrame(
+          ReadyWithExtensions({0x00, 0x09, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00}))
+          .status(),
+      "extension type 8 after type 9: types must ascend"));
+  EXPECT_TRUE(IsInvalid(
+      DecodeHandshakeFrame(
+          ReadyWithExtensions({0x00, 0x09, 0x00, 0x00, 0x00, 0x09, 0x00, 0x00}))
+          .status(),
+      "each at most once"));
   EXPECT_TRUE(IsInvalid(
       DecodeHandshakeFrame(
           ReadyWithExtensions({0x00, 0x01, 0x00, 0x04, 1, 1, 0, 0}))
           .status(),
       "handshake READY: extension READ_DEPTH does not belong in this frame"));
-  EXPECT_TRUE(IsInvalid(
-      DecodeHandshakeFrame(HelloWithExtensions({0x00, 0x01, 0x00, 0x03, 1, 1,
-                                                0}))
-          .status(),
-      "extension READ_DEPTH is 3 bytes, must be 4"));
-  EXPECT_TRUE(IsInvalid(
-      DecodeHandshakeFrame(
-          HelloWithExtensions({0x00, 0x01, 0x00, 0x04, 0, 1, 0, 0}))
-          .status(),
-      "READ_DEPTH initiator 0 out of range 1..255"));
+  EXPECT_TRUE(
+      IsInvalid(DecodeHandshakeFrame(
+                    HelloWithExtensions({0x00, 0x01, 0x00, 0x03, 1, 1, 0}))
+                    .status(),
+                "extension READ_DEPTH is 3 bytes, must be 4"));
+  EXPECT_TRUE(
+      IsInvalid(DecodeHandshakeFrame(
+                    HelloWithExtensions({0x00, 0x01, 0x00, 0x04, 0, 1, 0, 0}))
+                    .status(),
+                "READ_DEPTH initiator 0 out of range 1..255"));
   EXPECT_TRUE(IsInvalid(
       DecodeHandshakeFrame(
           HelloWithExtensions({0x00, 0x02, 0x00, 0x04, 0x02, 0, 16, 0}))
@@ -984,8 +986,8 @@ TEST(HandshakeV3Test, EncodingRefusesWhatDecodingWould) {
   EXPECT_TRUE(IsInvalid(EncodeHandshake(hello).status(),
                         "extension type 1 is a known one"));
   hello.unknown_extensions = {{0x0200, std::vector<uint8_t>(1000)}};
-  EXPECT_TRUE(IsInvalid(EncodeHandshake(hello).status(),
-                        "more than the maximum 1024"));
+  EXPECT_TRUE(
+      IsInvalid(EncodeHandshake(hello).status(), "more than the maximum 1024"));
   hello = GoldenHelloV3();
   hello.version = 4;
   EXPECT_TRUE(IsInvalid(EncodeHandshake(hello).status(),

@@ -18,15 +18,35 @@ namespace rdma_transport {
 // The friend of Connection that builds and establishes one.
 class ConnectionSetup {
  public:
+  // Queues and registered buffers both (a client, or a protocol-2 server).
   static absl::StatusOr<std::unique_ptr<Connection>> Create(
+      const Context& context, const ConnectionOptions& options,
+      std::string name) {
+    absl::StatusOr<std::unique_ptr<Connection>> connection =
+        CreateShell(context, options, std::move(name));
+    if (!connection.ok()) return connection;
+    if (absl::Status status = CreateBuffers(**connection); !status.ok()) {
+      return status;
+    }
+    return connection;
+  }
+  // The CQ and a QP left in RESET, nothing registered: what a protocol-3
+  // server commits before the peer's READY.
+  static absl::StatusOr<std::unique_ptr<Connection>> CreateShell(
       const Context& context, const ConnectionOptions& options,
       std::string name) {
     std::unique_ptr<Connection> connection(
         new Connection(context, options, std::move(name)));
-    if (absl::Status status = connection->CreateResources(); !status.ok()) {
+    if (absl::Status status = connection->CreateQueues(); !status.ok()) {
       return WithContext(status, connection->name());
     }
     return connection;
+  }
+  static absl::Status CreateBuffers(Connection& connection) {
+    if (absl::Status status = connection.CreateBuffers(); !status.ok()) {
+      return WithContext(status, connection.name());
+    }
+    return absl::OkStatus();
   }
   static void Rename(Connection& connection, std::string name) {
     connection.name_ = std::move(name);
@@ -37,14 +57,23 @@ class ConnectionSetup {
   static RemoteRegion ProbeTarget(const Connection& connection) {
     return connection.ProbeTarget();
   }
-  static absl::Status Establish(Connection& connection,
-                                const HandshakeMessage& peer) {
+  // The peer's probe slot as a HELLO, ACCEPT or ESTABLISHED names it.
+  static RemoteRegion PeerProbe(const HandshakeMessage& peer) {
     RemoteRegion probe;
     probe.address = peer.probe_address;
     probe.rkey = peer.probe_rkey;
     probe.length = peer.probe_rkey != 0 ? 1 : 0;
+    return probe;
+  }
+  static absl::Status Establish(Connection& connection,
+                                const HandshakeMessage& peer,
+                                const ConnectionPath& path) {
     return connection.Establish(peer.endpoint, peer.recv_slots, peer.slot_size,
-                                probe);
+                                PeerProbe(peer), path);
+  }
+  static void SetPeerProbe(Connection& connection,
+                           const HandshakeMessage& established) {
+    connection.SetPeerProbe(PeerProbe(established));
   }
   static void AdoptSetupStream(Connection& connection, Socket stream) {
     connection.AdoptSetupStream(std::move(stream));
@@ -75,18 +104,39 @@ bool SameToken(std::string_view a, std::string_view b) {
   return difference == 0;
 }
 
+// This side's HELLO or ACCEPT in frame format `version`. A format-3
+// ACCEPT names `chosen` and leaves the probe slot to ESTABLISHED (the server
+// registers nothing before READY); `accept_traffic` is what it tells the
+// client to use.
 HandshakeMessage OfferFor(const Connection& connection,
-                          const ConnectionOptions& options,
-                          HandshakeType type) {
+                          const ConnectionOptions& options, HandshakeType type,
+                          uint16_t version,
+                          std::optional<TrafficSettings> accept_traffic = {},
+                          uint16_t chosen = kHandshakeVersion) {
   HandshakeMessage message;
   message.type = type;
+  message.version = version;
   message.endpoint = ConnectionSetup::LocalEndpoint(connection);
   message.recv_slots = options.recv_slots;
   message.slot_size = options.max_message_size;
-  const RemoteRegion probe = ConnectionSetup::ProbeTarget(connection);
-  message.probe_address = probe.address;
-  message.probe_rkey = probe.rkey;
   if (type == HandshakeType::kHello) message.token = options.token;
+  if (version < kHandshakeVersion || type == HandshakeType::kHello) {
+    const RemoteRegion probe = ConnectionSetup::ProbeTarget(connection);
+    message.probe_address = probe.address;
+    message.probe_rkey = probe.rkey;
+  }
+  if (version >= kHandshakeVersion) {
+    if (type == HandshakeType::kAccept) {
+      message.min_version = chosen;
+      message.max_version = chosen;
+      message.traffic = accept_traffic;
+    } else {
+      message.min_version = kMinHandshakeVersion;
+      message.max_version = kHandshakeVersion;
+      message.traffic = LocalTraffic(connection.context());
+    }
+    message.read_depth = LocalReadDepth(connection.context());
+  }
   return message;
 }
 
@@ -115,11 +165,15 @@ absl::StatusOr<HandshakeMessage> ReceiveFrame(Env& env, int fd,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Connection>> Connect(
+namespace {
+
+// One attempt of Connect(). On a REJECT that says when to retry (a busy
+// server), sets *retry_after and fails with kUnavailable.
+absl::StatusOr<std::unique_ptr<Connection>> ConnectOnce(
     const Context& context, std::string_view address,
-    const ConnectionOptions& options) {
+    const ConnectionOptions& options, Deadline deadline,
+    std::chrono::milliseconds* retry_after) {
   Env& env = context.env();
-  const Deadline deadline = env.DeadlineIn(options.handshake_timeout);
   // The QP and rings first: HELLO then follows the connect at once, so a
   // listener under a flood hears this peer before it picks sockets to drop.
   absl::StatusOr<std::unique_ptr<Connection>> connection =
@@ -140,37 +194,97 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
   }
   const std::string name = (*connection)->name();
 
-  if (absl::Status status = SendFrame(
-          env, socket.fd(),
-          OfferFor(**connection, options, HandshakeType::kHello), deadline);
+  if (absl::Status status =
+          SendFrame(env, socket.fd(),
+                    OfferFor(**connection, options, HandshakeType::kHello,
+                             kHandshakeVersion),
+                    deadline);
       !status.ok()) {
     return WithContext(status, name);
   }
+  // A REJECT: the server's reason; retryable when it says when.
+  auto rejected = [&](const HandshakeMessage& reject) -> absl::Status {
+    if (reject.retry_after_ms.has_value()) {
+      *retry_after = std::chrono::milliseconds(*reject.retry_after_ms);
+      return absl::UnavailableError(absl::StrCat(
+          name, ": the server turned the connection away: ", reject.reason,
+          " (retry after ", *reject.retry_after_ms, " ms)"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": the server rejected the connection: ", reject.reason));
+  };
   absl::StatusOr<HandshakeMessage> reply =
       ReceiveFrame(env, socket.fd(), deadline);
   if (!reply.ok()) return WithContext(reply.status(), name);
-  if (reply->type == HandshakeType::kReject) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name, ": the server rejected the connection: ", reply->reason));
-  }
+  if (reply->type == HandshakeType::kReject) return rejected(*reply);
   if (reply->type != HandshakeType::kAccept) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": handshake: expected ACCEPT, got ",
                      HandshakeTypeName(reply->type)));
   }
-  if (absl::Status status = ConnectionSetup::Establish(**connection, *reply);
+  const bool legacy = reply->version < kHandshakeVersion;
+  if (!legacy && (reply->max_version < kMinHandshakeVersion ||
+                  reply->max_version > kHandshakeVersion)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": handshake: the server chose protocol version ",
+        reply->max_version, ", which this side (", kMinHandshakeVersion, "..",
+        kHandshakeVersion, ") did not offer"));
+  }
+  const ConnectionPath path = NegotiateAsClient(context, *reply);
+  if (absl::Status status =
+          ConnectionSetup::Establish(**connection, *reply, path);
       !status.ok()) {
     return status;
   }
   HandshakeMessage ready;
   ready.type = HandshakeType::kReady;
+  ready.version = reply->version;
   if (absl::Status status = SendFrame(env, socket.fd(), ready, deadline);
       !status.ok()) {
     return WithContext(status, name);
   }
+  if (!legacy) {
+    // The server registers its rings, posts its receives and brings its QP
+    // up only now; nothing may be sent before it says so.
+    absl::StatusOr<HandshakeMessage> established =
+        ReceiveFrame(env, socket.fd(), deadline);
+    if (!established.ok()) return WithContext(established.status(), name);
+    if (established->type == HandshakeType::kReject) {
+      return rejected(*established);
+    }
+    if (established->type != HandshakeType::kEstablished) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": handshake: expected ESTABLISHED, got ",
+                       HandshakeTypeName(established->type)));
+    }
+    ConnectionSetup::SetPeerProbe(**connection, *established);
+  }
   // Kept open: its EOF is how the server learns that this process is gone.
   ConnectionSetup::AdoptSetupStream(**connection, std::move(socket));
   return connection;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Connection>> Connect(
+    const Context& context, std::string_view address,
+    const ConnectionOptions& options) {
+  Env& env = context.env();
+  const Deadline deadline = env.DeadlineIn(options.handshake_timeout);
+  for (int attempt = 1;; ++attempt) {
+    std::chrono::milliseconds retry_after{0};
+    absl::StatusOr<std::unique_ptr<Connection>> connection =
+        ConnectOnce(context, address, options, deadline, &retry_after);
+    if (connection.ok() || retry_after.count() == 0) return connection;
+    const Deadline retry_at = env.DeadlineIn(retry_after);
+    if (retry_at >= deadline) {
+      return absl::UnavailableError(
+          absl::StrCat(connection.status().message(), "; gave up after ",
+                       attempt, " attempts within handshake_timeout (",
+                       options.handshake_timeout.count(), " ms)"));
+    }
+    env.SleepUntil(retry_at);
+  }
 }
 
 // One handshake in progress on the server side.
@@ -179,9 +293,17 @@ struct Listener::Pending {
   std::string peer;
   Deadline deadline;
   bool awaiting_ready = false;
+  // The frame format this peer speaks (known from its first header; REJECTs
+  // before that go in format 2, which every peer reads).
+  uint16_t format = kLegacyHandshakeVersion;
   std::vector<uint8_t> bytes;
   size_t needed = kHandshakeHeaderSize;
   std::unique_ptr<Connection> connection;
+  // Protocol 3: the connection is a shell (QP in RESET, nothing registered)
+  // that can serve another peer if this one never sends READY.
+  bool recyclable = false;
+  HandshakeMessage hello;  // protocol 3: kept until READY
+  ConnectionPath path;
 };
 
 absl::StatusOr<std::unique_ptr<Listener>> Listener::Create(
@@ -239,21 +361,47 @@ void Listener::Forget(Pending& pending, uint64_t ListenerStats::*counter,
     stats_.last_failure = absl::StrCat(pending.peer, ": ", reason);
   }
   pending.socket.Close();
+  if (pending.connection != nullptr && pending.recyclable &&
+      spare_.size() < listener_options_.max_pending_handshakes) {
+    // Its QP never left RESET: as good as new for the next HELLO.
+    spare_.push_back(std::move(pending.connection));
+  }
   pending.connection.reset();
+  pending.recyclable = false;
 }
 
 void Listener::Reject(Pending& pending, const std::string& reason,
-                      uint64_t ListenerStats::*counter) {
+                      uint64_t ListenerStats::*counter,
+                      std::optional<uint32_t> retry_after_ms) {
   HandshakeMessage reject;
   reject.type = HandshakeType::kReject;
+  reject.version = pending.format;
   reject.reason = reason.substr(0, kMaxReasonLength);
   for (char& c : reject.reason) {
     if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  if (pending.format >= kHandshakeVersion) {
+    reject.retry_after_ms = retry_after_ms;
   }
   // Best effort: the peer may be gone or not reading.
   (void)SendFrame(env_, pending.socket.fd(), reject,
                   env_.DeadlineIn(std::chrono::milliseconds(100)));
   Forget(pending, counter, reason);
+}
+
+absl::StatusOr<std::unique_ptr<Connection>> Listener::TakeShell(
+    std::string name) {
+  if (!spare_.empty()) {
+    std::unique_ptr<Connection> shell = std::move(spare_.back());
+    spare_.pop_back();
+    ConnectionSetup::Rename(*shell, std::move(name));
+    return shell;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.shells_created;
+  }
+  return ConnectionSetup::CreateShell(context_, options_, std::move(name));
 }
 
 namespace {
@@ -264,6 +412,26 @@ bool HasDataWaiting(int fd) {
   uint8_t byte;
   return recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
+
+// The frame format a silent socket's first bytes announce, without taking
+// them: a REJECT before its HELLO is decoded then goes in a format it reads.
+uint16_t PeekFormat(int fd) {
+  uint8_t bytes[6];
+  if (recv(fd, bytes, sizeof(bytes), MSG_PEEK | MSG_DONTWAIT) !=
+      static_cast<ssize_t>(sizeof(bytes))) {
+    return kLegacyHandshakeVersion;
+  }
+  const uint32_t magic = (uint32_t{bytes[0]} << 24) |
+                         (uint32_t{bytes[1]} << 16) |
+                         (uint32_t{bytes[2]} << 8) | bytes[3];
+  const uint16_t version = static_cast<uint16_t>((bytes[4] << 8) | bytes[5]);
+  return magic == kHandshakeMagic && version == kHandshakeVersion
+             ? kHandshakeVersion
+             : kLegacyHandshakeVersion;
+}
+
+// How long a client turned away because every slot is busy should wait.
+constexpr uint32_t kBusyRetryAfterMs = 10;
 
 }  // namespace
 
@@ -277,8 +445,16 @@ Listener::Table::iterator Listener::ChooseSilentVictim() {
 }
 
 Listener::Table::iterator Listener::ChooseHandshakeVictim() {
+  // The oldest stalled mid-frame first, then the oldest still waiting for
+  // READY (a real client answers within a round trip and a QP transition;
+  // one whose READY has arrived is kept).
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     if (!(*it)->awaiting_ready && !(*it)->bytes.empty()) return it;
+  }
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if ((*it)->awaiting_ready && !HasDataWaiting((*it)->socket.fd())) {
+      return it;
+    }
   }
   return pending_.end();
 }
@@ -321,15 +497,24 @@ std::unique_ptr<Connection> Listener::Promote(size_t index) {
   if (pending_.size() >= listener_options_.max_pending_handshakes) {
     auto victim = ChooseHandshakeVictim();
     if (victim == pending_.end()) {
+      pending.format = PeekFormat(pending.socket.fd());
       Reject(pending,
              absl::StrCat("server busy: all ",
                           listener_options_.max_pending_handshakes,
                           " handshake slots are making progress; try again"),
-             &ListenerStats::dropped);
+             &ListenerStats::dropped, kBusyRetryAfterMs);
       return nullptr;
     }
-    Forget(**victim, &ListenerStats::dropped,
-           "dropped: too many pending handshakes, this one stalled mid-frame");
+    if ((*victim)->awaiting_ready) {
+      Reject(**victim,
+             "displaced: no READY before newer handshakes needed the slot; "
+             "try again",
+             &ListenerStats::dropped, kBusyRetryAfterMs);
+    } else {
+      Forget(**victim, &ListenerStats::dropped,
+             "dropped: too many pending handshakes, this one stalled "
+             "mid-frame");
+    }
     pending_.erase(victim);
   }
   pending_.push_back(std::move(silent_[index]));
@@ -377,6 +562,19 @@ std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
                                    HandshakeTypeName(message->type)));
       return nullptr;
     }
+    if (message->version != pending.format) {
+      Reject(pending,
+             absl::StrCat("handshake: READY in frame format ", message->version,
+                          " after a format-", pending.format, " HELLO"));
+      return nullptr;
+    }
+    if (pending.format >= kHandshakeVersion) {
+      if (absl::Status status = Complete(pending); !status.ok()) {
+        Reject(pending, absl::StrCat("server could not set up the QP: ",
+                                     status.message()));
+        return nullptr;
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.accepted;
@@ -392,6 +590,7 @@ std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
                                  HandshakeTypeName(message->type)));
     return nullptr;
   }
+  pending.format = message->version;
   if (!SameToken(message->token, options_.token)) {
     Reject(pending, "handshake: wrong token");
     return nullptr;
@@ -400,10 +599,71 @@ std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
   if (name.empty()) {
     name = absl::StrCat("connection ", address_, " <- ", pending.peer);
   }
+  if (pending.format < kHandshakeVersion)
+    return AnswerLegacyHello(pending, *message, std::move(name));
+
+  absl::StatusOr<uint16_t> version =
+      ChooseHandshakeVersion(message->min_version, message->max_version);
+  if (!version.ok()) {
+    Reject(pending, std::string(version.status().message()));
+    return nullptr;
+  }
+  if (*version < kHandshakeVersion) {
+    Reject(pending,
+           absl::StrCat("handshake: a format-3 HELLO must offer "
+                        "protocol 3 or later, not ",
+                        message->min_version, "..", message->max_version));
+    return nullptr;
+  }
+  const ServerNegotiation negotiation = NegotiateAsServer(
+      context_, *message, *version, listener_options_.traffic_policy);
+  absl::StatusOr<std::unique_ptr<Connection>> shell = TakeShell(name);
+  if (!shell.ok()) {
+    Reject(pending, absl::StrCat("server could not set up the QP: ",
+                                 shell.status().message()));
+    return nullptr;
+  }
+  pending.connection = *std::move(shell);
+  pending.recyclable = true;
+  pending.hello = *std::move(message);
+  pending.path = negotiation.path;
+  if (absl::Status status = SendFrame(
+          env_, pending.socket.fd(),
+          OfferFor(*pending.connection, options_, HandshakeType::kAccept,
+                   kHandshakeVersion, negotiation.accept_traffic, *version),
+          pending.deadline);
+      !status.ok()) {
+    Forget(pending, &ListenerStats::abandoned, std::string(status.message()));
+    return nullptr;
+  }
+  AwaitReady(pending);
+  return nullptr;
+}
+
+void Listener::AwaitReady(Pending& pending) {
+  pending.awaiting_ready = true;
+  pending.deadline = std::min(pending.deadline,
+                              env_.DeadlineIn(listener_options_.ready_timeout));
+}
+
+std::unique_ptr<Connection> Listener::AnswerLegacyHello(
+    Pending& pending, const HandshakeMessage& hello, std::string name) {
+  if (!listener_options_.accept_legacy_peers) {
+    Reject(pending,
+           "handshake: this server does not accept protocol-2 peers "
+           "(ListenerOptions::accept_legacy_peers); upgrade the client");
+    return nullptr;
+  }
+  // Protocol 2: the client may send as soon as it has READY out, so the
+  // server's QP must be up, receives posted, before ACCEPT.
+  const ServerNegotiation negotiation =
+      NegotiateAsServer(context_, hello, kLegacyHandshakeVersion,
+                        listener_options_.traffic_policy);
   absl::StatusOr<std::unique_ptr<Connection>> connection =
-      ConnectionSetup::Create(context_, options_, name);
+      ConnectionSetup::Create(context_, options_, std::move(name));
   if (connection.ok()) {
-    absl::Status status = ConnectionSetup::Establish(**connection, *message);
+    absl::Status status =
+        ConnectionSetup::Establish(**connection, hello, negotiation.path);
     if (!status.ok()) connection = status;
   }
   if (!connection.ok()) {
@@ -413,17 +673,42 @@ std::unique_ptr<Connection> Listener::Advance(Pending& pending) {
   }
   if (absl::Status status =
           SendFrame(env_, pending.socket.fd(),
-                    OfferFor(**connection, options_, HandshakeType::kAccept),
+                    OfferFor(**connection, options_, HandshakeType::kAccept,
+                             kLegacyHandshakeVersion),
                     pending.deadline);
       !status.ok()) {
     Forget(pending, &ListenerStats::abandoned, std::string(status.message()));
     return nullptr;
   }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.legacy_peers;
+  }
   pending.connection = *std::move(connection);
-  pending.awaiting_ready = true;
-  pending.deadline = std::min(pending.deadline,
-                              env_.DeadlineIn(listener_options_.ready_timeout));
+  AwaitReady(pending);
   return nullptr;
+}
+
+absl::Status Listener::Complete(Pending& pending) {
+  // The peer has proved it holds the token (if any) and answers: now the
+  // rings are registered, receives posted and the QP brought up.
+  pending.recyclable = false;
+  Connection& connection = *pending.connection;
+  if (absl::Status status = ConnectionSetup::CreateBuffers(connection);
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status =
+          ConnectionSetup::Establish(connection, pending.hello, pending.path);
+      !status.ok()) {
+    return status;
+  }
+  HandshakeMessage established;
+  established.type = HandshakeType::kEstablished;
+  const RemoteRegion probe = ConnectionSetup::ProbeTarget(connection);
+  established.probe_address = probe.address;
+  established.probe_rkey = probe.rkey;
+  return SendFrame(env_, pending.socket.fd(), established, pending.deadline);
 }
 
 absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(

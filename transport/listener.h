@@ -24,14 +24,26 @@
 // out a real peer that is a few milliseconds late with its HELLO: when
 // `max_silent_sockets` are held, a newcomer displaces the oldest with nothing
 // waiting (MSG_PEEK). A socket moves to the handshake table when its first
-// bytes arrive; when `max_pending_handshakes` are under way there, it
-// displaces the oldest stalled mid-frame; handshakes making progress (ACCEPT
-// sent) are never displaced, and when all of them are, the newcomer is turned
-// away with a REJECT saying so. The server's QP waits `ready_timeout` for
-// READY. A bad handshake (wrong magic, version or token, a truncated or
+// bytes arrive.
+//
+// What a stranger gets (protocol 3, handshake.h): the token is checked
+// first; a HELLO that passes gets a QP and CQ in RESET (no registered memory,
+// no address the stranger chose) from a pool of at most
+// `max_pending_handshakes`, and ACCEPT. Only the client's READY, one round
+// trip later, makes the server register the rings and probe slot, post its
+// receives, bring the QP to RTS and answer ESTABLISHED; a peer that never
+// answers leaves its QP, still in RESET, to the next HELLO. When the
+// handshake table is full, a newcomer displaces the oldest handshake stalled
+// mid-frame, else the oldest still waiting for READY (told "displaced", with
+// a retry time: Connect() retries within its handshake_timeout); when every
+// slot has its next frame waiting, the newcomer is turned away ("server
+// busy", with a retry time). READY must come within `ready_timeout`. A
+// protocol-2 client (format-2 HELLO) is still served as before - its rings
+// registered and its QP brought up at HELLO - unless `accept_legacy_peers` is
+// false. A bad handshake (wrong magic, format or token, a truncated or
 // oversized frame, absurd values) is answered with a REJECT saying why, the
 // socket is closed, and Accept() goes on serving; the Listener's stats()
-// count each outcome.
+// count each outcome. docs/security.md has the measured limits.
 //
 // Errors of Create(): kInvalidArgument for a non-loopback address without a
 // token (unless ListenerOptions::allow_unauthenticated), or what the setup
@@ -56,6 +68,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +77,7 @@
 #include "transport/connection.h"
 #include "transport/context.h"
 #include "transport/deadline.h"
+#include "transport/negotiation.h"
 #include "transport/tcp.h"
 
 namespace rdma_transport {
@@ -83,12 +97,20 @@ struct ListenerOptions {
   // 40 ms at 24 000 sockets/s. Capped at Create() to a quarter of the
   // process's RLIMIT_NOFILE soft limit (256 under the usual 1024).
   size_t max_silent_sockets = 1024;
-  // After ACCEPT, how long the client has to answer READY. The server holds
-  // a QP, a CQ and two registered rings for it meanwhile; a real client
-  // answers after one round trip and bringing its QP to RTS (milliseconds),
-  // a stranger that never answers is closed and its resources freed then.
-  // Never longer than what is left of the handshake timeout.
+  // After ACCEPT, how long the client has to answer READY. Meanwhile a
+  // protocol-3 peer holds one pooled QP and CQ in RESET (a protocol-2 peer:
+  // also its two registered rings); a real client answers after one round
+  // trip and bringing its QP to RTS (milliseconds). Under pressure a waiting
+  // handshake is displaced sooner (see above). Never longer than what is
+  // left of the handshake timeout.
   std::chrono::milliseconds ready_timeout{500};
+  // Who chooses the traffic class and service level (transport/
+  // negotiation.h): by default each side its own MC_IB_TC / MC_IB_SL.
+  TrafficPolicy traffic_policy = TrafficPolicy::kEachSideOwn;
+  // Serve clients that speak only protocol 2 (which makes the server
+  // register their rings before their READY). False refuses them with a
+  // REJECT naming this option.
+  bool accept_legacy_peers = true;
   // A listener on an address other than loopback (127.0.0.0/8, ::1,
   // localhost) without a ConnectionOptions::token would let any host that
   // reaches it create QPs and registered memory: Create() refuses unless this
@@ -104,11 +126,13 @@ struct ListenerOptions {
 
 struct ListenerStats {
   uint64_t accepted = 0;
-  uint64_t rejected = 0;   // bad handshakes, answered with REJECT
-  uint64_t timed_out = 0;  // past handshake_timeout, or ready_timeout
-  uint64_t dropped = 0;    // evicted by max_silent_sockets or
-                           // max_pending_handshakes
-  uint64_t abandoned = 0;  // the client went away mid-handshake
+  uint64_t rejected = 0;        // bad handshakes, answered with REJECT
+  uint64_t timed_out = 0;       // past handshake_timeout, or ready_timeout
+  uint64_t dropped = 0;         // evicted by max_silent_sockets or
+                                // max_pending_handshakes
+  uint64_t abandoned = 0;       // the client went away mid-handshake
+  uint64_t legacy_peers = 0;    // protocol-2 HELLOs answered
+  uint64_t shells_created = 0;  // pooled QPs created (reuse is not counted)
   std::string last_failure;
 };
 
@@ -153,9 +177,21 @@ class Listener {
   Table::iterator ChooseHandshakeVictim();
   // Advances one handshake; returns a connection when it completes.
   std::unique_ptr<Connection> Advance(Pending& pending);
-  // Answers REJECT with `reason` (best effort), counts it and closes.
+  // Answers a protocol-2 HELLO: everything set up before ACCEPT.
+  std::unique_ptr<Connection> AnswerLegacyHello(Pending& pending,
+                                                const HandshakeMessage& hello,
+                                                std::string name);
+  void AwaitReady(Pending& pending);
+  // Protocol 3, on READY: registers the rings, brings the QP up, answers
+  // ESTABLISHED.
+  absl::Status Complete(Pending& pending);
+  // A QP and CQ in RESET from the pool, or new.
+  absl::StatusOr<std::unique_ptr<Connection>> TakeShell(std::string name);
+  // Answers REJECT with `reason` (best effort; with a retry time to a
+  // format-3 peer when given), counts it and closes.
   void Reject(Pending& pending, const std::string& reason,
-              uint64_t ListenerStats::*counter = &ListenerStats::rejected);
+              uint64_t ListenerStats::*counter = &ListenerStats::rejected,
+              std::optional<uint32_t> retry_after_ms = std::nullopt);
   void Forget(Pending& pending, uint64_t ListenerStats::*counter,
               const std::string& reason);
 
@@ -169,6 +205,9 @@ class Listener {
   size_t max_silent_sockets_;
   Table silent_;   // accepted, nothing received yet; oldest first
   Table pending_;  // handshakes under way; oldest first
+  // Shells (QP in RESET, CQ) a peer that never sent READY left behind; at
+  // most max_pending_handshakes.
+  std::vector<std::unique_ptr<Connection>> spare_;
 
   mutable std::mutex stats_mu_;
   ListenerStats stats_;

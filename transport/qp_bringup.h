@@ -19,6 +19,7 @@
 #define RDMA_TRANSPORT_TRANSPORT_QP_BRINGUP_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "transport/config.h"
@@ -51,6 +52,15 @@ struct LocalRoute {
   uint8_t max_rd_atomic = 1;
   uint8_t max_dest_rd_atomic = 1;
   uint32_t psn = 0;  // this side's initial send PSN
+};
+
+// What a handshake settled for one QP, applied over the Context's own
+// route and settings (transport/negotiation.h computes it).
+struct QpPathSettings {
+  uint8_t max_rd_atomic = 1;
+  uint8_t max_dest_rd_atomic = 1;
+  std::optional<int> traffic_class;  // replaces MC_IB_TC for this QP
+  std::optional<int> service_level;  // replaces MC_IB_SL for this QP
 };
 
 // Access flags every transport QP gets; memory regions carry the real

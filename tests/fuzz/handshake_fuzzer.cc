@@ -26,16 +26,43 @@ namespace {
   std::abort();
 }
 
+bool SameExtensions(const HandshakeMessage& a, const HandshakeMessage& b) {
+  if (a.read_depth.has_value() != b.read_depth.has_value() ||
+      (a.read_depth.has_value() &&
+       (a.read_depth->initiator != b.read_depth->initiator ||
+        a.read_depth->responder != b.read_depth->responder))) {
+    return false;
+  }
+  if (a.traffic.has_value() != b.traffic.has_value() ||
+      (a.traffic.has_value() &&
+       (a.traffic->traffic_class != b.traffic->traffic_class ||
+        a.traffic->service_level != b.traffic->service_level))) {
+    return false;
+  }
+  if (a.retry_after_ms != b.retry_after_ms) return false;
+  if (a.unknown_extensions.size() != b.unknown_extensions.size()) return false;
+  for (size_t i = 0; i < a.unknown_extensions.size(); ++i) {
+    if (a.unknown_extensions[i].type != b.unknown_extensions[i].type ||
+        a.unknown_extensions[i].value != b.unknown_extensions[i].value) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool SameMessage(const HandshakeMessage& a, const HandshakeMessage& b) {
-  return a.type == b.type && a.endpoint.qp_num == b.endpoint.qp_num &&
+  return a.type == b.type && a.version == b.version &&
+         a.min_version == b.min_version && a.max_version == b.max_version &&
+         a.endpoint.qp_num == b.endpoint.qp_num &&
          a.endpoint.psn == b.endpoint.psn &&
          std::memcmp(a.endpoint.gid.raw, b.endpoint.gid.raw,
                      sizeof(a.endpoint.gid.raw)) == 0 &&
          a.endpoint.lid == b.endpoint.lid &&
          a.endpoint.port == b.endpoint.port &&
          a.endpoint.mtu == b.endpoint.mtu && a.recv_slots == b.recv_slots &&
-         a.slot_size == b.slot_size && a.token == b.token &&
-         a.reason == b.reason;
+         a.slot_size == b.slot_size && a.probe_address == b.probe_address &&
+         a.probe_rkey == b.probe_rkey && a.token == b.token &&
+         a.reason == b.reason && SameExtensions(a, b);
 }
 
 void CheckOneInput(std::span<const uint8_t> bytes) {

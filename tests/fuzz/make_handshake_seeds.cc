@@ -1,7 +1,8 @@
 // Writes, or checks, the handshake fuzzer's seed corpus
 // (tests/fuzz/corpus/handshake/): valid frames of every type, frames at the
-// size limits, and what a confused peer sends (HTTP, TLS, a newer version,
-// a byte-swapped magic, a cut-off frame, two frames at once).
+// size limits, format-2 frames of protocol-2 peers, extensions known,
+// unknown and critical, and what a confused peer sends (HTTP, TLS, a newer
+// format, a byte-swapped magic, a cut-off frame, two frames at once).
 //
 //   bazel run //tests/fuzz:make_handshake_seeds --
 //   "$PWD/tests/fuzz/corpus/handshake" make_handshake_seeds --check DIR   #
@@ -59,9 +60,22 @@ HandshakeMessage Hello() {
   return hello;
 }
 
+HandshakeMessage Legacy(HandshakeMessage message) {
+  message.version = kLegacyHandshakeVersion;
+  message.read_depth.reset();
+  message.traffic.reset();
+  message.retry_after_ms.reset();
+  message.unknown_extensions.clear();
+  return message;
+}
+
 std::vector<std::pair<std::string, Bytes>> Seeds() {
   std::vector<std::pair<std::string, Bytes>> seeds;
-  seeds.emplace_back("hello", Encode(Hello()));
+  HandshakeMessage hello = Hello();
+  hello.read_depth = ReadDepth{16, 16};
+  hello.traffic = TrafficSettings{106, 3};
+  hello.unknown_extensions.push_back({0x0040, {1, 2, 3, 4, 5}});
+  seeds.emplace_back("hello", Encode(hello));
 
   HandshakeMessage no_token = Hello();
   no_token.token.clear();
@@ -75,6 +89,10 @@ std::vector<std::pair<std::string, Bytes>> Seeds() {
   }
   seeds.emplace_back("hello_max_token", Encode(max_token));
 
+  HandshakeMessage critical = Hello();
+  critical.unknown_extensions.push_back({0x8001, {0}});
+  seeds.emplace_back("hello_critical_extension", Encode(critical));
+
   HandshakeMessage accept = Hello();
   accept.type = HandshakeType::kAccept;
   accept.token.clear();
@@ -83,6 +101,10 @@ std::vector<std::pair<std::string, Bytes>> Seeds() {
   accept.endpoint.port = 2;
   accept.recv_slots = kMaxRecvSlots;
   accept.slot_size = kMaxSlotSize;
+  accept.min_version = kHandshakeVersion;
+  accept.max_version = kHandshakeVersion;
+  accept.read_depth = ReadDepth{8, 4};
+  accept.traffic = TrafficSettings{std::nullopt, 5};
   seeds.emplace_back("accept", Encode(accept));
 
   HandshakeMessage ready;
@@ -90,12 +112,26 @@ std::vector<std::pair<std::string, Bytes>> Seeds() {
   const Bytes ready_bytes = Encode(ready);
   seeds.emplace_back("ready", ready_bytes);
 
+  HandshakeMessage established;
+  established.type = HandshakeType::kEstablished;
+  established.probe_address = 0x00007f0012345000;
+  established.probe_rkey = 0x1234;
+  seeds.emplace_back("established", Encode(established));
+
   HandshakeMessage reject;
   reject.type = HandshakeType::kReject;
-  reject.reason = "version mismatch: peer speaks 2";
+  reject.reason = "server busy: all 64 handshake slots are making progress";
+  reject.retry_after_ms = 10;
   seeds.emplace_back("reject", Encode(reject));
   reject.reason.assign(kMaxReasonLength, '~');
   seeds.emplace_back("reject_max_reason", Encode(reject));
+
+  // What protocol-2 peers send: frame format 2, no extensions.
+  seeds.emplace_back("legacy_hello", Encode(Legacy(Hello())));
+  seeds.emplace_back("legacy_accept", Encode(Legacy(accept)));
+  seeds.emplace_back("legacy_ready", Encode(Legacy(ready)));
+  reject.reason = "version mismatch: peer speaks 2";
+  seeds.emplace_back("legacy_reject", Encode(Legacy(reject)));
 
   const std::string http = "GET / HTTP/1.1\r\nHost: rdma\r\n\r\n";
   seeds.emplace_back("http_get", Bytes(http.begin(), http.end()));
@@ -105,9 +141,9 @@ std::vector<std::pair<std::string, Bytes>> Seeds() {
                      Bytes{0x16, 0x03, 0x01, 0x00, 0x2f, 0x01, 0x00, 0x00, 0x2b,
                            0x03, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00});
 
-  Bytes version2 = ready_bytes;
-  version2[5] = 2;
-  seeds.emplace_back("ready_version2", version2);
+  Bytes format4 = ready_bytes;
+  format4[5] = 4;
+  seeds.emplace_back("ready_format4", format4);
 
   Bytes swapped = ready_bytes;
   std::swap(swapped[0], swapped[3]);

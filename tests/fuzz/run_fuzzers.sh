@@ -6,6 +6,11 @@
 #   tests/fuzz/run_fuzzers.sh handshake        # one: tests/fuzz/handshake_fuzzer.cc
 #   FUZZ_SECONDS=600 tests/fuzz/run_fuzzers.sh config
 #
+# The handshake decoder (what a stranger on the network reaches first) runs a
+# fixed number of executions instead, FUZZ_HANDSHAKE_RUNS (10 000 000; about
+# 60-100 s on this machine kind), bounded by FUZZ_MAX_SECONDS (600), and fails
+# when it did not get through them all.
+#
 # Environment: FUZZ_SECONDS (60) per fuzzer; FUZZ_OUT (/tmp/rdma_transport_fuzz)
 # for binaries, logs, scratch corpora and crash artifacts; CXX (clang++).
 # Fails on any crash, sanitizer report, leak, timeout (-timeout=5) or OOM
@@ -23,6 +28,17 @@ ALL_FUZZERS=(handshake config)
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_OUT=${FUZZ_OUT:-/tmp/rdma_transport_fuzz}
 CXX=${CXX:-clang++}
+
+FUZZ_HANDSHAKE_RUNS=${FUZZ_HANDSHAKE_RUNS:-10000000}
+FUZZ_MAX_SECONDS=${FUZZ_MAX_SECONDS:-600}
+
+# Executions a fuzzer must complete (0: run for FUZZ_SECONDS instead).
+runs_for() {
+  case $1 in
+    handshake) echo "${FUZZ_HANDSHAKE_RUNS}" ;;
+    *) echo 0 ;;
+  esac
+}
 
 # The library sources a fuzzer links, besides tests/fuzz/<name>_fuzzer.cc.
 sources_for() {
@@ -71,12 +87,22 @@ run() {
     return 1
   fi
 
-  echo "=== ${name}: ${FUZZ_SECONDS} s from ${seed_count} seeds (log ${log}) ==="
+  local runs
+  local -a budget
+  runs=$(runs_for "${name}")
+  if [[ ${runs} -gt 0 ]]; then
+    budget=(-runs="${runs}" -max_total_time="${FUZZ_MAX_SECONDS}")
+    echo "=== ${name}: ${runs} executions (at most ${FUZZ_MAX_SECONDS} s)" \
+      "from ${seed_count} seeds (log ${log}) ==="
+  else
+    budget=(-max_total_time="${FUZZ_SECONDS}")
+    echo "=== ${name}: ${FUZZ_SECONDS} s from ${seed_count} seeds (log ${log}) ==="
+  fi
   local status=0
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:symbolize=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "${binary}" "${corpus}" "${extra[@]}" \
-    -max_total_time="${FUZZ_SECONDS}" -timeout=5 -rss_limit_mb=2048 \
+    "${budget[@]}" -timeout=5 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="${FUZZ_OUT}/${name}-" \
     >"${log}" 2>&1 || status=$?
 
@@ -96,6 +122,11 @@ run() {
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"${done_line}")
   corp=$(sed -n 's/.* corp: \([^ ]*\).*/\1/p' <<<"${done_line}")
   corpus_count=$(find "${corpus}" -type f | wc -l)
+  if [[ ${runs} -gt 0 && ${execs:-0} -lt ${runs} ]]; then
+    echo "=== ${name}: FAILED: only ${execs:-0} of ${runs} executions within" \
+      "${FUZZ_MAX_SECONDS} s (${rate}/s)" >&2
+    return 1
+  fi
   echo "=== ${name}: passed: ${execs} executions (${rate}/s), cov ${cov}," \
     "ft ${ft}, corpus ${corp} in memory, ${corpus_count} files in" \
     "${corpus} (from ${seed_count} seeds), peak rss" \

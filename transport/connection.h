@@ -143,6 +143,14 @@ struct ConnectionOptions {
   std::string token;
   // For error messages; the setup code fills in the addresses when empty.
   std::string name;
+  // The newest handshake protocol Connect() offers (transport/handshake.h):
+  // kHandshakeVersion (3), or 2 to speak to a server that predates protocol
+  // 3. Connect() also falls back to 2 by itself when such a server refuses
+  // the newer HELLO.
+  uint16_t max_protocol_version = kHandshakeVersion;
+  // Extensions Connect() adds to its HELLO as they are: types this version
+  // does not know, to test that a server skips what a later version sends.
+  std::vector<HandshakeExtension> extra_hello_extensions;
 };
 
 struct ConnectionStats {

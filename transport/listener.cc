@@ -169,10 +169,21 @@ namespace {
 
 // One attempt of Connect(). On a REJECT that says when to retry (a busy
 // server), sets *retry_after and fails with kUnavailable.
+// A REJECT from a server that predates protocol 3, refusing a format-3
+// frame: "handshake: peer speaks version 3, this side speaks 2".
+bool IsLegacyServerRefusal(const HandshakeMessage& reject) {
+  return reject.version == kLegacyHandshakeVersion &&
+         reject.reason.find("this side speaks 2") != std::string::npos;
+}
+
+// One attempt of Connect() in frame format `format`. On a REJECT that says
+// when to retry (a busy server), sets *retry_after and fails with
+// kUnavailable; on a server that speaks only protocol 2, sets
+// *legacy_server.
 absl::StatusOr<std::unique_ptr<Connection>> ConnectOnce(
     const Context& context, std::string_view address,
-    const ConnectionOptions& options, Deadline deadline,
-    std::chrono::milliseconds* retry_after) {
+    const ConnectionOptions& options, uint16_t format, Deadline deadline,
+    std::chrono::milliseconds* retry_after, bool* legacy_server) {
   Env& env = context.env();
   // The QP and rings first: HELLO then follows the connect at once, so a
   // listener under a flood hears this peer before it picks sockets to drop.
@@ -194,11 +205,12 @@ absl::StatusOr<std::unique_ptr<Connection>> ConnectOnce(
   }
   const std::string name = (*connection)->name();
 
-  if (absl::Status status =
-          SendFrame(env, socket.fd(),
-                    OfferFor(**connection, options, HandshakeType::kHello,
-                             kHandshakeVersion),
-                    deadline);
+  HandshakeMessage hello =
+      OfferFor(**connection, options, HandshakeType::kHello, format);
+  if (format >= kHandshakeVersion) {
+    hello.unknown_extensions = options.extra_hello_extensions;
+  }
+  if (absl::Status status = SendFrame(env, socket.fd(), hello, deadline);
       !status.ok()) {
     return WithContext(status, name);
   }
@@ -216,13 +228,23 @@ absl::StatusOr<std::unique_ptr<Connection>> ConnectOnce(
   absl::StatusOr<HandshakeMessage> reply =
       ReceiveFrame(env, socket.fd(), deadline);
   if (!reply.ok()) return WithContext(reply.status(), name);
-  if (reply->type == HandshakeType::kReject) return rejected(*reply);
+  if (reply->type == HandshakeType::kReject) {
+    if (format >= kHandshakeVersion && IsLegacyServerRefusal(*reply)) {
+      *legacy_server = true;
+    }
+    return rejected(*reply);
+  }
   if (reply->type != HandshakeType::kAccept) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": handshake: expected ACCEPT, got ",
                      HandshakeTypeName(reply->type)));
   }
   const bool legacy = reply->version < kHandshakeVersion;
+  if (reply->version != format) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": handshake: a format-", format, " HELLO answered in format ",
+        reply->version));
+  }
   if (!legacy && (reply->max_version < kMinHandshakeVersion ||
                   reply->max_version > kHandshakeVersion)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -270,11 +292,25 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
     const Context& context, std::string_view address,
     const ConnectionOptions& options) {
   Env& env = context.env();
+  if (options.max_protocol_version < kMinHandshakeVersion ||
+      options.max_protocol_version > kHandshakeVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ConnectionOptions::max_protocol_version ",
+        options.max_protocol_version, " out of range ", kMinHandshakeVersion,
+        "..", kHandshakeVersion));
+  }
   const Deadline deadline = env.DeadlineIn(options.handshake_timeout);
+  uint16_t format = options.max_protocol_version;
   for (int attempt = 1;; ++attempt) {
     std::chrono::milliseconds retry_after{0};
+    bool legacy_server = false;
     absl::StatusOr<std::unique_ptr<Connection>> connection =
-        ConnectOnce(context, address, options, deadline, &retry_after);
+        ConnectOnce(context, address, options, format, deadline, &retry_after,
+                    &legacy_server);
+    if (legacy_server) {
+      format = kLegacyHandshakeVersion;  // once, at once
+      continue;
+    }
     if (connection.ok() || retry_after.count() == 0) return connection;
     const Deadline retry_at = env.DeadlineIn(retry_after);
     if (retry_at >= deadline) {

@@ -28,9 +28,9 @@ absl::Status ConnectRawQp(Verbs& verbs, ibv_qp* qp, ibv_context* remote_context,
   attr.qp_state = IBV_QPS_INIT;
   attr.port_num = 1;
   attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | kReadWrite;
-  if (absl::Status s = verbs.ModifyQp(qp, &attr,
-                                      IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                                          IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (absl::Status s = verbs.ModifyQp(
+          qp, &attr,
+          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
       !s.ok()) {
     return s;
   }
@@ -52,8 +52,7 @@ absl::Status ConnectRawQp(Verbs& verbs, ibv_qp* qp, ibv_context* remote_context,
   if (absl::Status s = verbs.ModifyQp(
           qp, &attr,
           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-              IBV_QP_MIN_RNR_TIMER);
+              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
       !s.ok()) {
     return s;
   }
@@ -75,8 +74,8 @@ class MemoryWindowTest : public PairTest {
     ASSERT_NO_FATAL_FAILURE(Connect());
     // b_'s buffer again, registered for binding only: its own rkey grants no
     // remote access, the windows do.
-    ASSERT_OK_AND_ASSIGN(mr_, verbs_->RegMr(b_->pd(), b_->data(), 64 * 1024,
-                                            kWindowMrAccess));
+    ASSERT_OK_AND_ASSIGN(
+        mr_, verbs_->RegMr(b_->pd(), b_->data(), 64 * 1024, kWindowMrAccess));
     ASSERT_OK_AND_ASSIGN(mw_, verbs_->AllocMw(b_->pd(), IBV_MW_TYPE_2));
   }
   void TearDown() override {
@@ -120,8 +119,8 @@ class MemoryWindowTest : public PairTest {
 
   // Posts a signalled bind of mw_ on `qp` to [offset, offset + length) of
   // `mr` and returns its completion; `new_rkey` the rkey asked for.
-  ibv_wc Bind(ibv_qp* qp, ibv_mr* mr, size_t offset, size_t length,
-              int access, uint32_t* new_rkey = nullptr) {
+  ibv_wc Bind(ibv_qp* qp, ibv_mr* mr, size_t offset, size_t length, int access,
+              uint32_t* new_rkey = nullptr) {
     ibv_send_wr wr{};
     wr.wr_id = 77;
     wr.opcode = IBV_WR_BIND_MW;
@@ -167,8 +166,7 @@ TEST_F(MemoryWindowTest, BoundWindowAnswersItsQpOnlyWithinItsRange) {
 
   // The bound QP's peer writes and reads through the window.
   std::memset(a_->data(), 0x5a, 64);
-  EXPECT_EQ(Rdma(*a_, IBV_WR_RDMA_WRITE, 4096 + 100, 64, rkey),
-            IBV_WC_SUCCESS);
+  EXPECT_EQ(Rdma(*a_, IBV_WR_RDMA_WRITE, 4096 + 100, 64, rkey), IBV_WC_SUCCESS);
   EXPECT_EQ(b_->data()[4096 + 100], 0x5a);
   EXPECT_EQ(b_->data()[4096 + 163], 0x5a);
   b_->data()[4096] = 0x33;
@@ -178,8 +176,7 @@ TEST_F(MemoryWindowTest, BoundWindowAnswersItsQpOnlyWithinItsRange) {
   // Another QP on the same PD, connected to a third device: the same rkey
   // is refused there, as if it were unknown.
   ASSERT_NO_FATAL_FAILURE(MakeOtherQp());
-  EXPECT_EQ(Rdma(*c_, IBV_WR_RDMA_WRITE, 4096, 8, rkey),
-            IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(Rdma(*c_, IBV_WR_RDMA_WRITE, 4096, 8, rkey), IBV_WC_REM_ACCESS_ERR);
   // The responder QP goes to ERR with an access error, as on hardware; the
   // bound QP is untouched.
   std::vector<ibv_async_event> events = TakeAsyncEvents(*b_);
@@ -352,8 +349,8 @@ TEST(MemoryWindowProfileTest, EveryStockProfileSaysWhetherItHasWindows) {
     DeviceProfile profile;
     bool windows;
   };
-  const Expected profiles[] = {{ConnectX6(), true},   {ConnectX7(), true},
-                               {IntelE810(), true},   {IntelX722(), true},
+  const Expected profiles[] = {{ConnectX6(), true},     {ConnectX7(), true},
+                               {IntelE810(), true},     {IntelX722(), true},
                                {AlibabaErdma(), false}, {SoftRoce(), true}};
   for (const Expected& e : profiles) {
     SCOPED_TRACE(e.profile.model);

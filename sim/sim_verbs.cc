@@ -450,9 +450,9 @@ absl::Status SimVerbs::DeregMr(ibv_mr* mr) {
   if (sim == nullptr) return UnknownHandle("ibv_dereg_mr", "MR");
   // IBA 10.6.7.2.6; rxe_dereg_mr() says EINVAL.
   if (sim->bound_mws > 0) {
-    return VerbsError("ibv_dereg_mr", EINVAL,
-                      absl::StrCat(sim->bound_mws,
-                                   " memory windows are still bound to it"));
+    return VerbsError(
+        "ibv_dereg_mr", EINVAL,
+        absl::StrCat(sim->bound_mws, " memory windows are still bound to it"));
   }
   sim->device->mrs_by_key.erase(sim->verbs.lkey);
   --sim->device->live_mrs;
@@ -470,9 +470,9 @@ absl::StatusOr<ibv_mw*> SimVerbs::AllocMw(ibv_pd* pd, ibv_mw_type type) {
   if (sim_pd == nullptr) return UnknownHandle("ibv_alloc_mw", "PD");
   Device& device = *sim_pd->context->device;
   if (device.profile.max_mw <= 0) {
-    return VerbsError("ibv_alloc_mw", EOPNOTSUPP,
-                      absl::StrCat(device.profile.model,
-                                   " has no memory windows"));
+    return VerbsError(
+        "ibv_alloc_mw", EOPNOTSUPP,
+        absl::StrCat(device.profile.model, " has no memory windows"));
   }
   if (RawEnum(type) != IBV_MW_TYPE_2) {
     return VerbsError("ibv_alloc_mw", EOPNOTSUPP,

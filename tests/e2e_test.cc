@@ -364,9 +364,9 @@ TEST_F(EndToEndTest, RegionBoundToOnePeerRefusesAnother) {
     FillMessage(21, seq, (*local)->memory);
     RdmaOp write{&(*local)->registered, 0, kLength, descriptor, 0};
     E2E_ASSERT_OK(a->client->Write({&write, 1}));
-    ASSERT_EQ(CheckMessage(21, seq,
-                           {(*shared)->memory.data() + kOffset, kLength}),
-              "");
+    ASSERT_EQ(
+        CheckMessage(21, seq, {(*shared)->memory.data() + kOffset, kLength}),
+        "");
     std::fill((*local)->memory.begin(), (*local)->memory.end(), std::byte{0});
     RdmaOp read{&(*local)->registered, 0, kLength, descriptor, 0};
     E2E_ASSERT_OK(a->client->Read({&read, 1}));

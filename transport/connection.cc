@@ -1182,9 +1182,9 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
                                                   int access) {
   const std::string which = absl::StrCat(name_, ": BindRegion: ");
   if (access == 0 || (access & ~(kRemoteRead | kRemoteWrite)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        which, "access 0x", absl::Hex(access),
-        " is not kRemoteRead and/or kRemoteWrite"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(which, "access 0x", absl::Hex(access),
+                     " is not kRemoteRead and/or kRemoteWrite"));
   }
   if (!region.valid()) {
     return absl::InvalidArgumentError(absl::StrCat(which, "no memory region"));
@@ -1197,14 +1197,16 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
     return absl::OutOfRangeError(absl::StrCat(which, status.message()));
   }
   if (!region.allows(kBindable)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        which, "the region was registered without kBindable "
-               "(IBV_ACCESS_MW_BIND)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(which,
+                     "the region was registered without kBindable "
+                     "(IBV_ACCESS_MW_BIND)"));
   }
   if ((access & kRemoteWrite) && !region.allows(kLocalWrite)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        which, "a writable binding needs a region registered with "
-               "kLocalWrite"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(which,
+                     "a writable binding needs a region registered with "
+                     "kLocalWrite"));
   }
   constexpr unsigned int kType2 =
       IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
@@ -1227,9 +1229,9 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
   absl::StatusOr<ibv_mw*> mw = verbs_.AllocMw(context_.pd(), IBV_MW_TYPE_2);
   if (!mw.ok()) {
     if (VerbsErrno(mw.status()) == EOPNOTSUPP) {
-      return absl::UnimplementedError(absl::StrCat(
-          which, "device ", context_.device_name(),
-          " refuses memory windows: ", mw.status().message()));
+      return absl::UnimplementedError(
+          absl::StrCat(which, "device ", context_.device_name(),
+                       " refuses memory windows: ", mw.status().message()));
     }
     return WithContext(mw.status(), which);
   }
@@ -1264,9 +1266,9 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
   });
   windows_.push_back(window);
   ++stats_.regions_bound;
-  return PeerRegion(std::move(window),
-                    RemoteRegion{reinterpret_cast<uint64_t>(start), length,
-                                 wr.bind_mw.rkey});
+  return PeerRegion(
+      std::move(window),
+      RemoteRegion{reinterpret_cast<uint64_t>(start), length, wr.bind_mw.rkey});
 }
 
 absl::Status Connection::Check(Deadline deadline) {

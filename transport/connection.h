@@ -84,10 +84,10 @@
 // on every call returns that same Status.
 //
 // Thread-safety. One thread may call Receive() while another calls Send(),
-// Write(), Read(), BindRegion(), Check() or Close(); calls within each of those two groups
-// must be serialised by the caller. stats(), status() and the accessors may
-// be called from any thread. Close() may run while another thread waits in
-// Receive(), which then returns kFailedPrecondition.
+// Write(), Read(), BindRegion(), Check() or Close(); calls within each of those
+// two groups must be serialised by the caller. stats(), status() and the
+// accessors may be called from any thread. Close() may run while another thread
+// waits in Receive(), which then returns kFailedPrecondition.
 //
 // Ownership. The Connection owns its QP, CQ, completion channel and rings,
 // and must be destroyed (or closed) before its Context. Destroying an open

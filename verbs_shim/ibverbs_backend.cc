@@ -117,8 +117,7 @@ absl::Status IbverbsBackend::DeregMr(ibv_mr* mr) {
   return FromReturnCode("ibv_dereg_mr", ibv_dereg_mr(mr));
 }
 
-absl::StatusOr<ibv_mw*> IbverbsBackend::AllocMw(ibv_pd* pd,
-                                                ibv_mw_type type) {
+absl::StatusOr<ibv_mw*> IbverbsBackend::AllocMw(ibv_pd* pd, ibv_mw_type type) {
   return FromPointer("ibv_alloc_mw", ibv_alloc_mw(pd, type));
 }
 

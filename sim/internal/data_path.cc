@@ -688,8 +688,8 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
     }
     // A zero-length RDMA WRITE checks no R_Key (IB spec 9.7.5.2.3).
     if (wqe.length > 0 &&
-        !RemoteKeyAllowsLocked(responder, wqe.rkey, wqe.remote_addr,
-                               wqe.length, IBV_ACCESS_REMOTE_WRITE)) {
+        !RemoteKeyAllowsLocked(responder, wqe.rkey, wqe.remote_addr, wqe.length,
+                               IBV_ACCESS_REMOTE_WRITE)) {
       return fail(IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
     }
   }
@@ -699,8 +699,8 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
       return fail(IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
     }
     if (wqe.length > 0 &&
-        !RemoteKeyAllowsLocked(responder, wqe.rkey, wqe.remote_addr,
-                               wqe.length, IBV_ACCESS_REMOTE_READ)) {
+        !RemoteKeyAllowsLocked(responder, wqe.rkey, wqe.remote_addr, wqe.length,
+                               IBV_ACCESS_REMOTE_READ)) {
       return fail(IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
     }
     if (requester.read_payload.size() < wqe.length) {
@@ -953,8 +953,8 @@ ibv_wc_status FabricCore::ExecuteLocalOpLocked(SimQp& qp, const SendWqe& wqe) {
   if (it == device.mws_by_index.end()) return IBV_WC_MW_BIND_ERR;
   SimMw& mw = *it->second;
   if (mw.rkey != wqe.bind_mw_rkey) return IBV_WC_MW_BIND_ERR;
-  if (mw.bound) return IBV_WC_MW_BIND_ERR;       // o10-37.2.30: not free
-  if (mw.pd != qp.pd) return IBV_WC_MW_BIND_ERR;  // C10-72
+  if (mw.bound) return IBV_WC_MW_BIND_ERR;              // o10-37.2.30: not free
+  if (mw.pd != qp.pd) return IBV_WC_MW_BIND_ERR;        // C10-72
   if (wqe.bind_length == 0) return IBV_WC_MW_BIND_ERR;  // o10-37.2.40
   auto mr_it = device.mrs_by_key.find(wqe.bind_mr_lkey);
   if (mr_it == device.mrs_by_key.end()) return IBV_WC_MW_BIND_ERR;
@@ -973,8 +973,8 @@ ibv_wc_status FabricCore::ExecuteLocalOpLocked(SimQp& qp, const SendWqe& wqe) {
     return IBV_WC_MW_BIND_ERR;
   }
   // C10-75: inside the MR.
-  if (!InsideRange(reinterpret_cast<uintptr_t>(mr.verbs.addr),
-                   mr.verbs.length, wqe.bind_addr, wqe.bind_length)) {
+  if (!InsideRange(reinterpret_cast<uintptr_t>(mr.verbs.addr), mr.verbs.length,
+                   wqe.bind_addr, wqe.bind_length)) {
     return IBV_WC_MW_BIND_ERR;
   }
   mw.bound = true;

@@ -189,6 +189,10 @@ DeviceProfile ConnectX6() {
       IBV_DEVICE_AUTO_PATH_MIG | IBV_DEVICE_CHANGE_PHY_PORT |
       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
       IBV_DEVICE_RC_RNR_NAK_GEN;
+  // mlx5_ib: type 2B windows when the firmware has imaicl, as ConnectX-4 on.
+  profile.device_cap_flags |=
+      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  profile.max_mw = 16777216;
   profile.link_layer = IBV_LINK_LAYER_ETHERNET;
   profile.max_mtu = IBV_MTU_4096;
   profile.active_mtu = IBV_MTU_4096;
@@ -249,6 +253,11 @@ DeviceProfile IntelE810() {
   profile.num_comp_vectors = 8;
   profile.device_cap_flags =
       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_RC_RNR_NAK_GEN;
+  // libirdma implements type 2 binds (providers/irdma/uverbs.c); the kernel
+  // flags and max_mw of a real E810/X722 are not verified (plausible).
+  profile.device_cap_flags |=
+      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  profile.max_mw = profile.max_mr;
   profile.link_layer = IBV_LINK_LAYER_ETHERNET;
   profile.max_mtu = IBV_MTU_4096;
   profile.active_mtu = IBV_MTU_4096;
@@ -345,6 +354,11 @@ DeviceProfile SoftRoce() {
   profile.device_cap_flags =
       IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_PORT_ACTIVE_EVENT |
       IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN;
+  // rxe_param.h: IB_DEVICE_MEM_WINDOW | IB_DEVICE_MEM_WINDOW_TYPE_2B,
+  // RXE_MAX_MW 0x40000. (eRDMA's provider has no alloc_mw: max_mw 0.)
+  profile.device_cap_flags |=
+      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  profile.max_mw = 0x40000;
   profile.link_layer = IBV_LINK_LAYER_ETHERNET;
   profile.max_mtu = IBV_MTU_4096;
   profile.active_mtu = IBV_MTU_1024;

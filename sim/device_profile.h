@@ -73,6 +73,11 @@ struct DeviceProfile {
   int max_cq = 0;
   int max_cqe = 0;
   int max_mr = 0;
+  // Type 2 memory windows: 0 where the provider has none (AllocMw then fails
+  // with EOPNOTSUPP, as ibv_alloc_mw without a provider op does). A profile
+  // with windows also says so in device_cap_flags (IBV_DEVICE_MEM_WINDOW,
+  // IBV_DEVICE_MEM_WINDOW_TYPE_2B), which is what the transport checks.
+  int max_mw = 0;
   int max_pd = 0;
   int max_qp_rd_atom = 0;
   int max_qp_init_rd_atom = 0;

@@ -45,6 +45,7 @@ using internal::SimChannel;
 using internal::SimContext;
 using internal::SimCq;
 using internal::SimMr;
+using internal::SimMw;
 using internal::SimPd;
 using internal::SimQp;
 
@@ -275,6 +276,7 @@ absl::Status SimVerbs::QueryDevice(ibv_context* context,
   attr->max_cq = profile.max_cq;
   attr->max_cqe = profile.max_cqe;
   attr->max_mr = profile.max_mr;
+  attr->max_mw = profile.max_mw;
   attr->max_pd = profile.max_pd;
   attr->max_qp_rd_atom = profile.max_qp_rd_atom;
   attr->max_res_rd_atom = profile.max_qp_rd_atom * profile.max_qp;
@@ -380,10 +382,11 @@ absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
   std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim = core.FindPd(pd);
   if (sim == nullptr) return UnknownHandle("ibv_dealloc_pd", "PD");
-  if (sim->live_mrs + sim->live_qps > 0) {
-    return VerbsError("ibv_dealloc_pd", EBUSY,
-                      absl::StrCat(sim->live_mrs, " MRs and ", sim->live_qps,
-                                   " QPs still use it"));
+  if (sim->live_mrs + sim->live_qps + sim->live_mws > 0) {
+    return VerbsError(
+        "ibv_dealloc_pd", EBUSY,
+        absl::StrCat(sim->live_mrs, " MRs, ", sim->live_mws, " MWs and ",
+                     sim->live_qps, " QPs still use it"));
   }
   --sim->context->live_pds;
   --sim->context->device->live_pds;
@@ -447,10 +450,70 @@ absl::Status SimVerbs::DeregMr(ibv_mr* mr) {
   std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimMr* sim = core.FindMr(mr);
   if (sim == nullptr) return UnknownHandle("ibv_dereg_mr", "MR");
+  // IBA 10.6.7.2.6; rxe_dereg_mr() says EINVAL.
+  if (sim->bound_mws > 0) {
+    return VerbsError(
+        "ibv_dereg_mr", EINVAL,
+        absl::StrCat(sim->bound_mws, " memory windows are still bound to it"));
+  }
   sim->device->mrs_by_key.erase(sim->verbs.lkey);
   --sim->device->live_mrs;
   --sim->pd->live_mrs;
   core.mrs.erase(mr);
+  return absl::OkStatus();
+}
+
+// --- Memory windows ---
+
+absl::StatusOr<ibv_mw*> SimVerbs::AllocMw(ibv_pd* pd, ibv_mw_type type) {
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimPd* sim_pd = core.FindPd(pd);
+  if (sim_pd == nullptr) return UnknownHandle("ibv_alloc_mw", "PD");
+  Device& device = *sim_pd->context->device;
+  if (device.profile.max_mw <= 0) {
+    return VerbsError(
+        "ibv_alloc_mw", EOPNOTSUPP,
+        absl::StrCat(device.profile.model, " has no memory windows"));
+  }
+  if (RawEnum(type) != IBV_MW_TYPE_2) {
+    return VerbsError("ibv_alloc_mw", EOPNOTSUPP,
+                      "only type 2 memory windows are simulated");
+  }
+  if (device.live_mws >= static_cast<uint32_t>(device.profile.max_mw)) {
+    return VerbsError(
+        "ibv_alloc_mw", ENOMEM,
+        absl::StrCat("max_mw ", device.profile.max_mw, " reached"));
+  }
+  auto mw = std::make_unique<SimMw>();
+  mw->id = core.next_object_id++;
+  mw->index = core.next_mw_index++;
+  mw->pd = sim_pd;
+  mw->device = &device;
+  mw->rkey = mw->index << 8;
+  mw->verbs.context = pd->context;
+  mw->verbs.pd = pd;
+  mw->verbs.rkey = mw->rkey;
+  mw->verbs.handle = mw->id;
+  mw->verbs.type = IBV_MW_TYPE_2;
+  ++sim_pd->live_mws;
+  ++device.live_mws;
+  device.mws_by_index[mw->index] = mw.get();
+  ibv_mw* handle = &mw->verbs;
+  core.mws.emplace(handle, std::move(mw));
+  return handle;
+}
+
+absl::Status SimVerbs::DeallocMw(ibv_mw* mw) {
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimMw* sim = core.FindMw(mw);
+  if (sim == nullptr) return UnknownHandle("ibv_dealloc_mw", "MW");
+  core.UnbindMwLocked(*sim);
+  sim->device->mws_by_index.erase(sim->index);
+  --sim->device->live_mws;
+  --sim->pd->live_mws;
+  core.mws.erase(mw);
   return absl::OkStatus();
 }
 

@@ -16,8 +16,10 @@
 // fabric is refused with EINVAL (never a crash).
 //
 // What is simulated: RC QPs only (UD/UC/XRC fail with EOPNOTSUPP); SEND,
-// SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ (atomics and
-// memory windows fail with EINVAL at post). See docs/simulator.md for the
+// SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ; type 2
+// memory windows (AllocMw, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV) on profiles
+// with max_mw > 0 (atomics and type 1 windows fail: EINVAL at post,
+// EOPNOTSUPP at AllocMw). See docs/simulator.md for the
 // full model and where it departs from a given provider.
 //
 // Does not own the fabric, which must outlive it. Thread-safe as verbs is:
@@ -59,6 +61,8 @@ class SimVerbs final : public Verbs {
   absl::StatusOr<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length,
                                 int access) override;
   absl::Status DeregMr(ibv_mr* mr) override;
+  absl::StatusOr<ibv_mw*> AllocMw(ibv_pd* pd, ibv_mw_type type) override;
+  absl::Status DeallocMw(ibv_mw* mw) override;
   absl::StatusOr<ibv_comp_channel*> CreateCompChannel(
       ibv_context* context) override;
   absl::Status DestroyCompChannel(ibv_comp_channel* channel) override;

@@ -18,6 +18,7 @@
 #include "tests/e2e_fixture.h"
 #include "transport/handshake.h"
 #include "transport/inline_size.h"
+#include "transport/peer_region.h"
 #include "transport/tcp.h"
 #include "verbs_shim/env_thread.h"
 #include "verbs_shim/verbs_error.h"
@@ -324,6 +325,132 @@ TEST_F(EndToEndTest, WriteToARegionWithoutRemoteWriteFailsTheConnection) {
   // The connection refuses new work with the same error.
   EXPECT_EQ(pair->client->Send(Bytes("x")), status);
   EXPECT_EQ(pair->client->status(), status);
+}
+
+// Memory for one peer (peer_region.h): a range bound to A's connection is
+// written and read by A, byte for byte; B's WRITE and READ with A's rkey
+// (same server Context, same PD) fail with a remote access error, fail B's
+// connection with a typed Status and leave the memory untouched.
+TEST_F(EndToEndTest, RegionBoundToOnePeerRefusesAnother) {
+  absl::StatusOr<ConnectionPair> a = ConnectPair();
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<ConnectionPair> b_writer = ConnectPair();
+  ASSERT_TRUE(b_writer.ok()) << b_writer.status();
+  absl::StatusOr<ConnectionPair> b_reader = ConnectPair();
+  ASSERT_TRUE(b_reader.ok()) << b_reader.status();
+  constexpr size_t kSize = 256 << 10;
+  constexpr size_t kOffset = 64 << 10;
+  constexpr size_t kLength = 64 << 10;
+  auto shared = MakeRegion(server_context(), kSize, kLocalWrite | kBindable);
+  auto local = MakeRegion(client_context(), kLength, kLocalWrite);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::fill((*shared)->memory.begin(), (*shared)->memory.end(), std::byte{7});
+  // Registered for binding only: the region's own rkey grants nothing.
+  EXPECT_EQ((*shared)->registered.remote().rkey, 0u);
+
+  absl::StatusOr<PeerRegion> for_a = a->server->BindRegion(
+      (*shared)->registered, kOffset, kLength, kRemoteRead | kRemoteWrite);
+  ASSERT_TRUE(for_a.ok()) << for_a.status();
+  ASSERT_TRUE(for_a->valid());
+  const RemoteRegion descriptor = for_a->remote();
+  EXPECT_EQ(descriptor.address,
+            reinterpret_cast<uint64_t>((*shared)->memory.data() + kOffset));
+  EXPECT_EQ(descriptor.length, kLength);
+  EXPECT_EQ(a->server->stats().regions_bound, 1u);
+
+  // A writes the whole window, then reads it back into a cleared buffer.
+  auto a_writes_and_reads = [&](uint64_t seq) {
+    FillMessage(21, seq, (*local)->memory);
+    RdmaOp write{&(*local)->registered, 0, kLength, descriptor, 0};
+    E2E_ASSERT_OK(a->client->Write({&write, 1}));
+    ASSERT_EQ(
+        CheckMessage(21, seq, {(*shared)->memory.data() + kOffset, kLength}),
+        "");
+    std::fill((*local)->memory.begin(), (*local)->memory.end(), std::byte{0});
+    RdmaOp read{&(*local)->registered, 0, kLength, descriptor, 0};
+    E2E_ASSERT_OK(a->client->Read({&read, 1}));
+    ASSERT_EQ(CheckMessage(21, seq, (*local)->memory), "");
+  };
+  ASSERT_NO_FATAL_FAILURE(a_writes_and_reads(1));
+
+  // B's WRITE with A's rkey: a remote access error, nothing lands.
+  std::vector<std::byte> before = (*shared)->memory;
+  FillMessage(22, 1, (*local)->memory);
+  RdmaOp b_write{&(*local)->registered, 0, 4096, descriptor, 0};
+  absl::Status written = b_writer->client->Write({&b_write, 1});
+  EXPECT_EQ(written.code(), absl::StatusCode::kPermissionDenied) << written;
+  EXPECT_THAT(written.message(), HasSubstr("IBV_WC_REM_ACCESS_ERR"));
+  EXPECT_EQ(b_writer->client->status(), written);
+  EXPECT_TRUE((*shared)->memory == before) << "B's write landed";
+  // The server's QP of B went to error (IBV_EVENT_QP_ACCESS_ERR): its
+  // connection reports a failure too.
+  EXPECT_FALSE(b_writer->server->Check(In(seconds(10))).ok());
+
+  // B's READ with A's rkey: the same, and nothing is read.
+  std::fill((*local)->memory.begin(), (*local)->memory.end(), std::byte{0});
+  RdmaOp b_read{&(*local)->registered, 0, 4096, descriptor, 0};
+  absl::Status read = b_reader->client->Read({&b_read, 1});
+  EXPECT_EQ(read.code(), absl::StatusCode::kPermissionDenied) << read;
+  EXPECT_THAT(read.message(), HasSubstr("IBV_WC_REM_ACCESS_ERR"));
+  EXPECT_THAT(read.message(), HasSubstr("RDMA_READ"));
+  EXPECT_EQ((*local)->memory[0], std::byte{0});
+  EXPECT_EQ((*local)->memory[4095], std::byte{0});
+
+  // A is unaffected.
+  ASSERT_NO_FATAL_FAILURE(a_writes_and_reads(2));
+  E2E_ASSERT_OK(a->client->Check(In(seconds(10))));
+
+  // Closing A's server connection deallocates the window.
+  E2E_ASSERT_OK(a->client->Close(In(seconds(10))));
+  E2E_ASSERT_OK(a->server->Close(In(seconds(10))));
+  EXPECT_FALSE(for_a->valid());
+  E2E_ASSERT_OK(for_a->Release());
+}
+
+// A released binding's rkey is dead at once; the errors of BindRegion.
+TEST_F(EndToEndTest, ReleasedRegionIsRefusedAndBadBindingsAreErrors) {
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  auto shared = MakeRegion(server_context(), 8192, kLocalWrite | kBindable);
+  auto plain = MakeRegion(server_context(), 8192, kLocalWrite);
+  auto local = MakeRegion(client_context(), 8192, kLocalWrite);
+  ASSERT_TRUE(shared.ok() && plain.ok() && local.ok());
+  Connection& server = *pair->server;
+  EXPECT_EQ(server.BindRegion((*shared)->registered, 0, 8192, kLocalWrite)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.BindRegion((*shared)->registered, 0, 0, kRemoteRead)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.BindRegion((*shared)->registered, 4096, 8192, kRemoteRead)
+                .status()
+                .code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(server.BindRegion((*plain)->registered, 0, 4096, kRemoteRead)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  E2E_ASSERT_OK(server.status());  // nothing was posted
+
+  // Read-only binding: A reads, A's write is refused.
+  absl::StatusOr<PeerRegion> read_only =
+      server.BindRegion((*shared)->registered, 0, 4096, kRemoteRead);
+  ASSERT_TRUE(read_only.ok()) << read_only.status();
+  absl::StatusOr<PeerRegion> released =
+      server.BindRegion((*shared)->registered, 4096, 4096, kRemoteWrite);
+  ASSERT_TRUE(released.ok()) << released.status();
+  RdmaOp read{&(*local)->registered, 0, 4096, read_only->remote(), 0};
+  E2E_ASSERT_OK(pair->client->Read({&read, 1}));
+  const RemoteRegion dead = released->remote();
+  E2E_ASSERT_OK(released->Release());
+  EXPECT_FALSE(released->valid());
+  RdmaOp write{&(*local)->registered, 0, 64, dead, 0};
+  absl::Status status = pair->client->Write({&write, 1});
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_THAT(status.message(), HasSubstr("IBV_WC_REM_ACCESS_ERR"));
 }
 
 TEST_F(EndToEndTest, ManyConcurrentConnections) {

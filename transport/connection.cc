@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -81,6 +82,8 @@ const char* OperationName(uint8_t kind) {
       return "RDMA_READ";
     case 7:
       return "RDMA_WRITE (liveness probe)";
+    case 8:
+      return "BIND_MW (BindRegion)";
     default:
       return "unknown operation";
   }
@@ -98,6 +101,7 @@ absl::StatusCode CodeForCompletion(ibv_wc_status status) {
     case IBV_WC_LOC_PROT_ERR:
     case IBV_WC_LOC_ACCESS_ERR:
     case IBV_WC_REM_ACCESS_ERR:
+    case IBV_WC_MW_BIND_ERR:
       return absl::StatusCode::kPermissionDenied;
     case IBV_WC_LOC_LEN_ERR:
     case IBV_WC_REM_INV_REQ_ERR:
@@ -1195,6 +1199,100 @@ absl::Status Connection::Read(std::span<const RdmaOp> ops) {
   return RdmaLocked(lock, ops, false);
 }
 
+absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
+                                                  size_t offset, size_t length,
+                                                  int access) {
+  const std::string which = absl::StrCat(name_, ": BindRegion: ");
+  if (access == 0 || (access & ~(kRemoteRead | kRemoteWrite)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(which, "access 0x", absl::Hex(access),
+                     " is not kRemoteRead and/or kRemoteWrite"));
+  }
+  if (!region.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(which, "no memory region"));
+  }
+  if (length == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(which, "a binding needs at least one byte"));
+  }
+  if (absl::Status status = region.CheckRange(offset, length); !status.ok()) {
+    return absl::OutOfRangeError(absl::StrCat(which, status.message()));
+  }
+  if (!region.allows(kBindable)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(which,
+                     "the region was registered without kBindable "
+                     "(IBV_ACCESS_MW_BIND)"));
+  }
+  if ((access & kRemoteWrite) && !region.allows(kLocalWrite)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(which,
+                     "a writable binding needs a region registered with "
+                     "kLocalWrite"));
+  }
+  constexpr unsigned int kType2 =
+      IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  if ((context_.device_attr().device_cap_flags & kType2) == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        which, "device ", context_.device_name(),
+        " has no type 2 memory windows (IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B "
+        "not in device_cap_flags); share the region with remote() instead"));
+  }
+
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  if (absl::Status status = WaitUntilLocked(
+          lock, kNoDeadline, [&] { return SqHasRoomLocked(1); },
+          "no send queue room");
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<ibv_mw*> mw = verbs_.AllocMw(context_.pd(), IBV_MW_TYPE_2);
+  if (!mw.ok()) {
+    if (VerbsErrno(mw.status()) == EOPNOTSUPP) {
+      return absl::UnimplementedError(
+          absl::StrCat(which, "device ", context_.device_name(),
+                       " refuses memory windows: ", mw.status().message()));
+    }
+    return WithContext(mw.status(), which);
+  }
+  auto window = std::make_shared<BoundWindow>(&verbs_, *mw);
+  std::byte* start = region.data() + offset;
+  ibv_send_wr wr = {};
+  wr.wr_id = MakeWrId(WrKind::kBind, 0);
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.bind_mw.mw = *mw;
+  wr.bind_mw.rkey = ibv_inc_rkey((*mw)->rkey);
+  wr.bind_mw.bind_info.mr = region.mr();
+  wr.bind_mw.bind_info.addr = reinterpret_cast<uint64_t>(start);
+  wr.bind_mw.bind_info.length = length;
+  wr.bind_mw.bind_info.mw_access_flags =
+      (access & kRemoteRead ? IBV_ACCESS_REMOTE_READ : 0) |
+      (access & kRemoteWrite ? IBV_ACCESS_REMOTE_WRITE : 0);
+  const uint64_t seq = sq_posted_;
+  if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
+    QuiesceLocked(lock);
+    return status;
+  }
+  if (absl::Status status = WaitForSeqLocked(lock, seq, kNoDeadline);
+      !status.ok()) {
+    QuiesceLocked(lock);
+    return status;  // `window` deallocates the window
+  }
+  // libibverbs leaves ibv_mw::rkey to the caller after a bind.
+  (*mw)->rkey = wr.bind_mw.rkey;
+  std::erase_if(windows_, [](const std::shared_ptr<BoundWindow>& w) {
+    return !w->bound();
+  });
+  windows_.push_back(window);
+  ++stats_.regions_bound;
+  return PeerRegion(
+      std::move(window),
+      RemoteRegion{reinterpret_cast<uint64_t>(start), length, wr.bind_mw.rkey});
+}
+
 absl::Status Connection::Check(Deadline deadline) {
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
@@ -1280,6 +1378,11 @@ void Connection::TearDownLocked() {
     context_.UnregisterListener(this);
     registered_ = false;
   }
+  // No window outlives the connection: dead before the QP goes.
+  for (const std::shared_ptr<BoundWindow>& window : windows_) {
+    report(window->Release());
+  }
+  windows_.clear();
   if (inline_.qp != nullptr) {
     report(verbs_.DestroyQp(inline_.qp));
     inline_.qp = nullptr;

@@ -43,6 +43,13 @@
 // (one waiting in Send(), say), the fd tells, and the completion queue is
 // re-armed before any call returns, so no message sits unseen.
 //
+// Memory for one peer. BindRegion() opens a range of a region registered
+// with kBindable to this connection's peer only (peer_region.h): one type 2
+// memory window and one signalled IBV_WR_BIND_MW on this send queue per
+// binding. Another connection's WRITE/READ with its rkey fails with
+// IBV_WC_REM_ACCESS_ERR. Close() and the destructor deallocate every window
+// still bound before destroying the QP.
+//
 // Liveness. A peer is noticed gone in every wait, not only by Receive():
 //   - its process exited: the setup stream (kept open for the connection's
 //     life) reads EOF without the goodbye byte Close() sends - at once, with
@@ -77,10 +84,10 @@
 // on every call returns that same Status.
 //
 // Thread-safety. One thread may call Receive() while another calls Send(),
-// Write(), Read(), Check() or Close(); calls within each of those two groups
-// must be serialised by the caller. stats(), status() and the accessors may
-// be called from any thread. Close() may run while another thread waits in
-// Receive(), which then returns kFailedPrecondition.
+// Write(), Read(), BindRegion(), Check() or Close(); calls within each of those
+// two groups must be serialised by the caller. stats(), status() and the
+// accessors may be called from any thread. Close() may run while another thread
+// waits in Receive(), which then returns kFailedPrecondition.
 //
 // Ownership. The Connection owns its QP, CQ, completion channel and rings,
 // and must be destroyed (or closed) before its Context. Destroying an open
@@ -108,6 +115,7 @@
 #include "transport/deadline.h"
 #include "transport/memory_region.h"
 #include "transport/negotiation.h"
+#include "transport/peer_region.h"
 #include "transport/tcp.h"
 #include "verbs_shim/env.h"
 
@@ -165,6 +173,7 @@ struct ConnectionStats {
   uint64_t rdma_reads = 0;
   uint64_t rdma_bytes = 0;
   uint64_t keepalives = 0;
+  uint64_t regions_bound = 0;  // BindRegion() successes
   uint32_t send_credits = 0;
   bool watchdog_armed = false;
 };
@@ -209,6 +218,25 @@ class Connection final : private AsyncEventListener {
   absl::Status Write(std::span<const RdmaOp> ops);
   absl::Status Read(std::span<const RdmaOp> ops);
 
+  // Opens [offset, offset + length) of `region` to this connection's peer
+  // only, with `access` (kRemoteRead and/or kRemoteWrite); returns the
+  // descriptor to hand to the peer (peer_region.h). Posts one signalled
+  // bind on the send queue (waiting for room, like Write()) and returns when
+  // it has completed; bounded by the QP like Write(), not by a deadline.
+  // Errors: kInvalidArgument for an access other than remote read/write or
+  // a zero length; kOutOfRange for a range outside the region;
+  // kFailedPrecondition for a region registered without kBindable (or
+  // without kLocalWrite for a writable binding); kUnimplemented when the
+  // device has no type 2 memory windows (the message names it); ibv_alloc_mw's
+  // error (errno text included); the connection's failure when the bind
+  // completes in error, which fails the connection as a failed WRITE does.
+  //
+  //   absl::StatusOr<PeerRegion> peer =
+  //       connection->BindRegion(region, 0, 4096, kRemoteWrite);
+  absl::StatusOr<PeerRegion> BindRegion(const MemoryRegion& region,
+                                        size_t offset, size_t length,
+                                        int access);
+
   // Probes the peer with a zero-byte RDMA WRITE; kUnavailable when it is gone.
   absl::Status Check(Deadline deadline = kNoDeadline);
 
@@ -251,6 +279,7 @@ class Connection final : private AsyncEventListener {
     kWrite,
     kRead,
     kKeepalive,
+    kBind,
   };
 
   Connection(const Context& context, const ConnectionOptions& options,
@@ -451,6 +480,9 @@ class Connection final : private AsyncEventListener {
   // allocated once.
   std::vector<ibv_send_wr> rdma_wrs_;
   std::vector<ibv_sge> rdma_sges_;
+  // Windows bound by BindRegion(), shared with their PeerRegions; released
+  // ones are dropped at the next bind, the rest at teardown.
+  std::vector<std::shared_ptr<BoundWindow>> windows_;
   uint32_t slot_size_ = 0;
 
   ConnectionStats stats_;

@@ -45,6 +45,7 @@ int ToIbvAccessFlags(int access) {
   if (access & (kLocalWrite | kRemoteWrite)) flags |= IBV_ACCESS_LOCAL_WRITE;
   if (access & kRemoteRead) flags |= IBV_ACCESS_REMOTE_READ;
   if (access & kRemoteWrite) flags |= IBV_ACCESS_REMOTE_WRITE;
+  if (access & kBindable) flags |= IBV_ACCESS_MW_BIND;
   return flags;
 }
 

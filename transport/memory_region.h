@@ -38,6 +38,10 @@ enum MemoryAccess : int {
   kLocalWrite = 1 << 0,   // receive buffers, RDMA READ destinations
   kRemoteRead = 1 << 1,   // a peer may RDMA READ it
   kRemoteWrite = 1 << 2,  // a peer may RDMA WRITE it (implies kLocalWrite)
+  // Ranges may be opened to one connection's peer (Connection::BindRegion,
+  // peer_region.h): IBV_ACCESS_MW_BIND. Needs kLocalWrite for writable
+  // bindings.
+  kBindable = 1 << 3,
 };
 
 // What a peer needs to address a region: send it over a connection.
@@ -68,6 +72,8 @@ class MemoryRegion {
   std::byte* data() const { return static_cast<std::byte*>(mr_->addr); }
   size_t size() const { return mr_->length; }
   uint32_t lkey() const { return mr_->lkey; }
+  // The registration, for binding windows to it.
+  ibv_mr* mr() const { return mr_; }
   int access() const { return access_; }
   bool allows(int access) const { return (access_ & access) == access; }
   // The descriptor a peer uses; empty without remote access.

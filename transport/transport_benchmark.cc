@@ -498,6 +498,49 @@ void BM_HandshakeDecode(benchmark::State& state) {
 }
 BENCHMARK(BM_HandshakeDecode);
 
+// The price of memory for one peer (peer_region.h): one BindRegion() (a
+// window allocated, one signalled IBV_WR_BIND_MW posted and waited for) and
+// its Release() (the window deallocated), against one 8-byte RDMA WRITE
+// waited for, on the same connection.
+void BM_BindRegion(benchmark::State& state) {
+  Setup setup(true);
+  setup.ConnectTransport();
+  std::vector<std::byte> memory(1 << 20);
+  MemoryRegion region = Must(
+      setup.server_context().RegisterMemory(memory, kLocalWrite | kBindable),
+      "register");
+  for (auto _ : state) {
+    absl::StatusOr<PeerRegion> peer =
+        setup.server().BindRegion(region, 4096, 65536, kRemoteWrite);
+    if (!peer.ok() || !peer->Release().ok()) {
+      state.SkipWithError(peer.status().ToString().c_str());
+      break;
+    }
+  }
+}
+BENCHMARK(BM_BindRegion);
+
+void BM_Write8(benchmark::State& state) {
+  Setup setup(true);
+  setup.ConnectTransport();
+  std::vector<std::byte> remote_memory(1 << 20);
+  std::vector<std::byte> local_memory(4096);
+  MemoryRegion remote =
+      Must(setup.server_context().RegisterMemory(remote_memory, kRemoteWrite),
+           "register");
+  MemoryRegion local =
+      Must(setup.client_context().RegisterMemory(local_memory, kLocalOnly),
+           "register");
+  const RdmaOp op{&local, 0, 8, remote.remote(), 4096};
+  for (auto _ : state) {
+    if (absl::Status status = setup.client().Write({&op, 1}); !status.ok()) {
+      state.SkipWithError(status.ToString().c_str());
+      break;
+    }
+  }
+}
+BENCHMARK(BM_Write8);
+
 // One connection, made and torn down: TCP connect, HELLO/ACCEPT/READY, two
 // QPs, CQs and four registered rings brought up, then both sides closed.
 void BM_ConnectionSetup(benchmark::State& state) {

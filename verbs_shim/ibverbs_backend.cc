@@ -117,6 +117,14 @@ absl::Status IbverbsBackend::DeregMr(ibv_mr* mr) {
   return FromReturnCode("ibv_dereg_mr", ibv_dereg_mr(mr));
 }
 
+absl::StatusOr<ibv_mw*> IbverbsBackend::AllocMw(ibv_pd* pd, ibv_mw_type type) {
+  return FromPointer("ibv_alloc_mw", ibv_alloc_mw(pd, type));
+}
+
+absl::Status IbverbsBackend::DeallocMw(ibv_mw* mw) {
+  return FromReturnCode("ibv_dealloc_mw", ibv_dealloc_mw(mw));
+}
+
 absl::StatusOr<ibv_comp_channel*> IbverbsBackend::CreateCompChannel(
     ibv_context* context) {
   return FromPointer("ibv_create_comp_channel",

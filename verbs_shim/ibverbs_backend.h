@@ -35,6 +35,8 @@ class IbverbsBackend final : public Verbs {
   absl::StatusOr<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length,
                                 int access) override;
   absl::Status DeregMr(ibv_mr* mr) override;
+  absl::StatusOr<ibv_mw*> AllocMw(ibv_pd* pd, ibv_mw_type type) override;
+  absl::Status DeallocMw(ibv_mw* mw) override;
   absl::StatusOr<ibv_comp_channel*> CreateCompChannel(
       ibv_context* context) override;
   absl::Status DestroyCompChannel(ibv_comp_channel* channel) override;

@@ -37,6 +37,9 @@ class MockVerbs : public Verbs {
   MOCK_METHOD(absl::StatusOr<ibv_mr*>, RegMr, (ibv_pd*, void*, size_t, int),
               (override));
   MOCK_METHOD(absl::Status, DeregMr, (ibv_mr*), (override));
+  MOCK_METHOD(absl::StatusOr<ibv_mw*>, AllocMw, (ibv_pd*, ibv_mw_type),
+              (override));
+  MOCK_METHOD(absl::Status, DeallocMw, (ibv_mw*), (override));
   MOCK_METHOD(absl::StatusOr<ibv_comp_channel*>, CreateCompChannel,
               (ibv_context*), (override));
   MOCK_METHOD(absl::Status, DestroyCompChannel, (ibv_comp_channel*),

@@ -23,7 +23,8 @@
 //
 // Handles: every handle a backend returns is owned by the caller until passed
 // to the matching destroy call on the same backend, and must outlive nothing
-// it depends on (QPs before CQs and PD, MRs before PD, PD/CQs before the
+// it depends on (QPs before CQs and PD, MWs before the MR bound and the PD,
+// MRs before PD, PD/CQs before the
 // context), exactly as in verbs; a backend refuses out-of-order destruction
 // with EBUSY where verbs does.
 //
@@ -94,6 +95,16 @@ class Verbs {
   virtual absl::StatusOr<ibv_mr*> RegMr(ibv_pd* pd, void* addr, size_t length,
                                         int access) = 0;
   virtual absl::Status DeregMr(ibv_mr* mr) = 0;
+
+  // --- Memory windows (ibv_alloc_mw, ibv_dealloc_mw) ---
+
+  // A window of `type` on `pd`, bound to nothing. A type 2 window is bound
+  // (and unbound) by work requests on a QP: IBV_WR_BIND_MW and
+  // IBV_WR_LOCAL_INV through PostSend. Fails with EOPNOTSUPP where the
+  // provider has no memory windows, ENOMEM when the device's max_mw is
+  // reached. Deallocating a bound window invalidates it: its rkey is dead.
+  virtual absl::StatusOr<ibv_mw*> AllocMw(ibv_pd* pd, ibv_mw_type type) = 0;
+  virtual absl::Status DeallocMw(ibv_mw* mw) = 0;
 
   // --- Completion channels and completion queues ---
 

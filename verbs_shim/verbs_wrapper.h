@@ -63,6 +63,10 @@ class VerbsWrapper : public Verbs {
     return target_->RegMr(pd, addr, length, access);
   }
   absl::Status DeregMr(ibv_mr* mr) override { return target_->DeregMr(mr); }
+  absl::StatusOr<ibv_mw*> AllocMw(ibv_pd* pd, ibv_mw_type type) override {
+    return target_->AllocMw(pd, type);
+  }
+  absl::Status DeallocMw(ibv_mw* mw) override { return target_->DeallocMw(mw); }
   absl::StatusOr<ibv_comp_channel*> CreateCompChannel(
       ibv_context* context) override {
     return target_->CreateCompChannel(context);

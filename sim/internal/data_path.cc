@@ -54,7 +54,18 @@ bool CarriesPayload(ibv_wr_opcode opcode) {
 bool IsSupportedOpcode(int opcode) {
   return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
          opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-         opcode == IBV_WR_RDMA_READ;
+         opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_BIND_MW ||
+         opcode == IBV_WR_LOCAL_INV;
+}
+
+// Work requests the NIC executes without sending anything.
+bool IsLocalOp(ibv_wr_opcode opcode) {
+  return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV;
+}
+
+bool InsideRange(uint64_t start, uint64_t size, uint64_t addr,
+                 uint64_t length) {
+  return addr >= start && length <= size && addr - start <= size - length;
 }
 
 ibv_wc_opcode SendCompletionOpcode(ibv_wr_opcode opcode) {
@@ -64,6 +75,10 @@ ibv_wc_opcode SendCompletionOpcode(ibv_wr_opcode opcode) {
       return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ:
       return IBV_WC_RDMA_READ;
+    case IBV_WR_BIND_MW:
+      return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }
@@ -122,6 +137,26 @@ absl::Status FabricCore::PostSendLocked(SimQp& qp, ibv_send_wr* wr,
                                       " WRs not yet reclaimed by polling)"));
       break;
     }
+    // What libibverbs' rxe provider refuses at post (validate_send_wr) or
+    // would crash on (a null MR).
+    if (wr->opcode == IBV_WR_BIND_MW) {
+      if (wr->num_sge != 0 || wr->imm_data != 0) {
+        status = refuse(EINVAL, "IBV_WR_BIND_MW with num_sge or imm_data");
+        break;
+      }
+      if (FindMw(wr->bind_mw.mw) == nullptr) {
+        status = refuse(EINVAL, "IBV_WR_BIND_MW: unknown or destroyed MW");
+        break;
+      }
+      if (FindMr(wr->bind_mw.bind_info.mr) == nullptr) {
+        status = refuse(EINVAL, "IBV_WR_BIND_MW: unknown or destroyed MR");
+        break;
+      }
+    }
+    if (wr->opcode == IBV_WR_LOCAL_INV && wr->num_sge != 0) {
+      status = refuse(EINVAL, "IBV_WR_LOCAL_INV with num_sge");
+      break;
+    }
     const bool is_inline = (wr->send_flags & IBV_SEND_INLINE) != 0;
     if (is_inline && wr->opcode == IBV_WR_RDMA_READ) {
       status = refuse(EINVAL, "IBV_SEND_INLINE on an RDMA READ");
@@ -151,6 +186,20 @@ absl::Status FabricCore::PostSendLocked(SimQp& qp, ibv_send_wr* wr,
     wqe.rkey = wr->wr.rdma.rkey;
     wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
     wqe.length = length;
+    if (wr->opcode == IBV_WR_BIND_MW) {
+      wqe.remote_addr = 0;
+      wqe.rkey = 0;
+      wqe.bind_mw_rkey = wr->bind_mw.mw->rkey;
+      wqe.bind_new_rkey = wr->bind_mw.rkey;
+      wqe.bind_mr_lkey = wr->bind_mw.bind_info.mr->lkey;
+      wqe.bind_addr = wr->bind_mw.bind_info.addr;
+      wqe.bind_length = wr->bind_mw.bind_info.length;
+      wqe.bind_access = static_cast<int>(wr->bind_mw.bind_info.mw_access_flags);
+    } else if (wr->opcode == IBV_WR_LOCAL_INV) {
+      wqe.remote_addr = 0;
+      wqe.rkey = wr->invalidate_rkey;
+      wqe.imm_data = 0;
+    }
     if (is_inline) {
       // Inline data is copied now: the caller may reuse its buffer as soon
       // as PostSend returns.
@@ -307,6 +356,11 @@ void FabricCore::TransmitHeadLocked(SimQp& qp) {
     if (std::optional<ibv_wc_status> injected =
             ConsumeCompletionFaultLocked(qp)) {
       CompleteHeadSendLocked(qp, *injected);
+      return;
+    }
+    if (IsLocalOp(wqe.opcode)) {
+      // Executed by the NIC in send queue order, without a packet or a PSN.
+      CompleteHeadSendLocked(qp, ExecuteLocalOpLocked(qp, wqe));
       return;
     }
     if (wqe.length > device.profile.max_msg_size) {
@@ -634,8 +688,8 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
     }
     // A zero-length RDMA WRITE checks no R_Key (IB spec 9.7.5.2.3).
     if (wqe.length > 0 &&
-        FindMrForAccessLocked(device, *responder.pd, wqe.rkey, wqe.remote_addr,
-                              wqe.length, IBV_ACCESS_REMOTE_WRITE) == nullptr) {
+        !RemoteKeyAllowsLocked(responder, wqe.rkey, wqe.remote_addr, wqe.length,
+                               IBV_ACCESS_REMOTE_WRITE)) {
       return fail(IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
     }
   }
@@ -645,8 +699,8 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
       return fail(IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
     }
     if (wqe.length > 0 &&
-        FindMrForAccessLocked(device, *responder.pd, wqe.rkey, wqe.remote_addr,
-                              wqe.length, IBV_ACCESS_REMOTE_READ) == nullptr) {
+        !RemoteKeyAllowsLocked(responder, wqe.rkey, wqe.remote_addr, wqe.length,
+                               IBV_ACCESS_REMOTE_READ)) {
       return fail(IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
     }
     if (requester.read_payload.size() < wqe.length) {
@@ -858,6 +912,81 @@ const SimMr* FabricCore::FindMrForAccessLocked(const Device& device,
     return nullptr;
   }
   return mr;
+}
+
+bool FabricCore::RemoteKeyAllowsLocked(const SimQp& responder, uint32_t rkey,
+                                       uint64_t addr, uint64_t length,
+                                       int required_access) const {
+  const Device& device = *responder.device;
+  if (FindMrForAccessLocked(device, *responder.pd, rkey, addr, length,
+                            required_access) != nullptr) {
+    return true;
+  }
+  auto it = device.mws_by_index.find(rkey >> 8);
+  if (it == device.mws_by_index.end()) return false;
+  const SimMw& mw = *it->second;
+  // o10-37.2.43: a type 2 window answers only requests arriving at the QP
+  // it is bound to (rxe_lookup_mw's checks).
+  if (!mw.bound || mw.rkey != rkey || mw.pd != responder.pd ||
+      mw.qp_num != responder.qp_num) {
+    return false;
+  }
+  if ((mw.access & required_access) != required_access) return false;
+  return InsideRange(mw.addr, mw.length, addr, length);
+}
+
+ibv_wc_status FabricCore::ExecuteLocalOpLocked(SimQp& qp, const SendWqe& wqe) {
+  Device& device = *qp.device;
+  if (wqe.opcode == IBV_WR_LOCAL_INV) {
+    // Only windows: the simulator has no fast-registration MRs to invalidate.
+    auto it = device.mws_by_index.find(wqe.rkey >> 8);
+    if (it == device.mws_by_index.end() || !it->second->bound ||
+        it->second->rkey != wqe.rkey || it->second->pd != qp.pd) {
+      return IBV_WC_LOC_QP_OP_ERR;  // rxe's status for a failed invalidate
+    }
+    UnbindMwLocked(*it->second);
+    return IBV_WC_SUCCESS;
+  }
+  // IBV_WR_BIND_MW: rxe_bind_mw()'s and rxe_check_bind_mw()'s checks, in
+  // their order; each failure is IBV_WC_MW_BIND_ERR (and the QP goes to ERR).
+  auto it = device.mws_by_index.find(wqe.bind_mw_rkey >> 8);
+  if (it == device.mws_by_index.end()) return IBV_WC_MW_BIND_ERR;
+  SimMw& mw = *it->second;
+  if (mw.rkey != wqe.bind_mw_rkey) return IBV_WC_MW_BIND_ERR;
+  if (mw.bound) return IBV_WC_MW_BIND_ERR;              // o10-37.2.30: not free
+  if (mw.pd != qp.pd) return IBV_WC_MW_BIND_ERR;        // C10-72
+  if (wqe.bind_length == 0) return IBV_WC_MW_BIND_ERR;  // o10-37.2.40
+  auto mr_it = device.mrs_by_key.find(wqe.bind_mr_lkey);
+  if (mr_it == device.mrs_by_key.end()) return IBV_WC_MW_BIND_ERR;
+  SimMr& mr = *mr_it->second;
+  if (mr.pd != qp.pd) return IBV_WC_MW_BIND_ERR;
+  if ((mr.access & IBV_ACCESS_MW_BIND) == 0) return IBV_WC_MW_BIND_ERR;
+  // Zero-based windows are not simulated.
+  constexpr int kWindowAccess = IBV_ACCESS_REMOTE_READ |
+                                IBV_ACCESS_REMOTE_WRITE |
+                                IBV_ACCESS_REMOTE_ATOMIC;
+  if ((wqe.bind_access & ~kWindowAccess) != 0) return IBV_WC_MW_BIND_ERR;
+  // C10-74: a writable window needs a locally writable MR.
+  if ((wqe.bind_access &
+       (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0 &&
+      (mr.access & IBV_ACCESS_LOCAL_WRITE) == 0) {
+    return IBV_WC_MW_BIND_ERR;
+  }
+  // C10-75: inside the MR.
+  if (!InsideRange(reinterpret_cast<uintptr_t>(mr.verbs.addr), mr.verbs.length,
+                   wqe.bind_addr, wqe.bind_length)) {
+    return IBV_WC_MW_BIND_ERR;
+  }
+  mw.bound = true;
+  mw.qp_num = qp.qp_num;
+  mw.mr = &mr;
+  ++mr.bound_mws;
+  mw.addr = wqe.bind_addr;
+  mw.length = wqe.bind_length;
+  mw.access = wqe.bind_access;
+  // rxe keeps the index and takes the key byte of the new rkey.
+  mw.rkey = (mw.rkey & 0xffffff00u) | (wqe.bind_new_rkey & 0xffu);
+  return IBV_WC_SUCCESS;
 }
 
 }  // namespace rdma_transport::sim::internal

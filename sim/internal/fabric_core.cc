@@ -54,6 +54,9 @@ SimPd* FabricCore::FindPd(const ibv_pd* handle) const {
 SimMr* FabricCore::FindMr(const ibv_mr* handle) const {
   return FindIn(mrs, handle);
 }
+SimMw* FabricCore::FindMw(const ibv_mw* handle) const {
+  return FindIn(mws, handle);
+}
 SimChannel* FabricCore::FindChannel(const ibv_comp_channel* handle) const {
   return FindIn(channels, handle);
 }
@@ -341,6 +344,17 @@ void FabricCore::CountPacketLostLocked(Device& where, uint32_t qp_num) {
   trace.Record(TraceRecord::kPacketLost, TraceWord(where.index, qp_num));
 }
 
+void FabricCore::UnbindMwLocked(SimMw& mw) {
+  if (!mw.bound) return;
+  if (mw.mr != nullptr) --mw.mr->bound_mws;
+  mw.bound = false;
+  mw.qp_num = 0;
+  mw.mr = nullptr;
+  mw.addr = 0;
+  mw.length = 0;
+  mw.access = 0;
+}
+
 std::vector<LiveObject> FabricCore::LeakReportLocked() const {
   std::vector<std::pair<uint32_t, LiveObject>> live;
   for (const auto& [handle, context] : contexts) {
@@ -352,6 +366,9 @@ std::vector<LiveObject> FabricCore::LeakReportLocked() const {
   }
   for (const auto& [handle, mr] : mrs) {
     live.push_back({mr->id, {"mr", mr->device->name, mr->id}});
+  }
+  for (const auto& [handle, mw] : mws) {
+    live.push_back({mw->id, {"mw", mw->device->name, mw->id}});
   }
   for (const auto& [handle, channel] : channels) {
     live.push_back(

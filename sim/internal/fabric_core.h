@@ -70,6 +70,7 @@ int RawEnum(const Enum& field) {
 
 struct SimContext;
 struct SimMr;
+struct SimMw;
 struct SimQp;
 
 // The core's lock: spins briefly before sleeping. Several threads driving
@@ -115,8 +116,11 @@ struct Device {
   uint32_t live_mrs = 0;
   uint32_t live_cqs = 0;
   uint32_t live_qps = 0;
+  uint32_t live_mws = 0;
   // Memory regions by key (lkey == rkey), for the wire.
   std::unordered_map<uint32_t, SimMr*> mrs_by_key;
+  // Memory windows by index (rkey >> 8, as rxe looks them up).
+  std::unordered_map<uint32_t, SimMw*> mws_by_index;
 
   bool is_ethernet() const {
     return profile.link_layer == IBV_LINK_LAYER_ETHERNET;
@@ -154,6 +158,7 @@ struct SimPd {
   SimContext* context = nullptr;
   uint32_t live_mrs = 0;
   uint32_t live_qps = 0;
+  uint32_t live_mws = 0;
 };
 
 struct SimMr {
@@ -161,6 +166,32 @@ struct SimMr {
   uint32_t id = 0;
   SimPd* pd = nullptr;
   Device* device = nullptr;
+  int access = 0;
+  // Windows bound to it: deregistering fails while any is (EINVAL, as rxe).
+  uint32_t bound_mws = 0;
+};
+
+// A type 2 memory window. Bound by an IBV_WR_BIND_MW to one QP (the one the
+// bind was posted on): its rkey then grants `access` to
+// [addr, addr + length) of `mr`, to requests arriving at that QP only.
+// Unbound again by IBV_WR_LOCAL_INV or DeallocMw. A bound window whose QP is
+// destroyed stays bound to that QP number, which is never reused, so its
+// rkey matches no request again (as rxe keeps the dead QP's reference until
+// the window is deallocated); it still counts against the MR.
+struct SimMw {
+  ibv_mw verbs{};
+  uint32_t id = 0;
+  uint32_t index = 0;  // rkey >> 8
+  SimPd* pd = nullptr;
+  Device* device = nullptr;
+  // The current rkey: the index and the key byte of the last bind. The
+  // user's ibv_mw::rkey is not updated by a bind, as in libibverbs.
+  uint32_t rkey = 0;
+  bool bound = false;
+  uint32_t qp_num = 0;
+  SimMr* mr = nullptr;
+  uint64_t addr = 0;
+  uint64_t length = 0;
   int access = 0;
 };
 
@@ -215,6 +246,15 @@ struct SendWqe {
   uint32_t rkey = 0;
   uint32_t num_sge = 0;
   uint64_t length = 0;
+  // IBV_WR_BIND_MW: what the provider copies at post (rxe: the window's
+  // rkey as the caller's ibv_mw holds it, the new rkey, the MR's lkey), and
+  // the bind_info. IBV_WR_LOCAL_INV: `rkey` holds invalidate_rkey.
+  uint32_t bind_mw_rkey = 0;
+  uint32_t bind_new_rkey = 0;
+  uint32_t bind_mr_lkey = 0;
+  uint64_t bind_addr = 0;
+  uint64_t bind_length = 0;
+  int bind_access = 0;
   // Set when the WQE first reaches the head of the queue.
   uint32_t psn = 0;
   uint32_t packet_count = 0;
@@ -404,6 +444,7 @@ class FabricCore {
   std::unordered_map<const ibv_context*, std::unique_ptr<SimContext>> contexts;
   std::unordered_map<const ibv_pd*, std::unique_ptr<SimPd>> pds;
   std::unordered_map<const ibv_mr*, std::unique_ptr<SimMr>> mrs;
+  std::unordered_map<const ibv_mw*, std::unique_ptr<SimMw>> mws;
   std::unordered_map<const ibv_comp_channel*, std::unique_ptr<SimChannel>>
       channels;
   std::unordered_map<const ibv_cq*, std::unique_ptr<SimCq>> cqs;
@@ -411,6 +452,9 @@ class FabricCore {
   std::unordered_map<uint32_t, SimCq*> cqs_by_id;
   uint32_t next_object_id = 1;
   uint32_t next_mr_key = 0x1000;
+  // Window indices start where MR keys never reach, so an rkey names an MR
+  // or a window, never both.
+  uint32_t next_mw_index = 0x800000;
   // Bumped by FaultInjector::Clear(): kFault events of an older generation
   // are cancelled.
   uint64_t fault_generation = 0;
@@ -423,6 +467,7 @@ class FabricCore {
   SimContext* FindContext(const ibv_context* handle) const;
   SimPd* FindPd(const ibv_pd* handle) const;
   SimMr* FindMr(const ibv_mr* handle) const;
+  SimMw* FindMw(const ibv_mw* handle) const;
   SimChannel* FindChannel(const ibv_comp_channel* handle) const;
   SimCq* FindCq(const ibv_cq* handle) const;
   SimQp* FindQp(const ibv_qp* handle) const;
@@ -471,6 +516,8 @@ class FabricCore {
   // Requesters waiting on an RNR from `responder_qp_num` try again.
   void WakeRnrWaitersLocked(uint32_t responder_qp_num);
   void KillDeviceLocked(Device& device);
+  // Unbinds a window (local invalidate, dealloc): its rkey is dead.
+  void UnbindMwLocked(SimMw& mw);
 
   // --- Faults raising async events (device_faults.cc) ---
   // PortDown/PortUp set port_down; the port event goes to every open context
@@ -542,6 +589,14 @@ class FabricCore {
                                      uint32_t key, uint64_t addr,
                                      uint64_t length,
                                      int required_access) const;
+  // A responder's R_Key check: an MR on the responder's PD, or a window
+  // bound to the responder QP itself; both with the access and the range.
+  bool RemoteKeyAllowsLocked(const SimQp& responder, uint32_t rkey,
+                             uint64_t addr, uint64_t length,
+                             int required_access) const;
+  // Executes a local work request (IBV_WR_BIND_MW, IBV_WR_LOCAL_INV) at the
+  // head of the send queue; returns its completion status.
+  ibv_wc_status ExecuteLocalOpLocked(SimQp& qp, const SendWqe& wqe);
 
   // QP numbers are handed out in sequence from kFirstQpNum and never reused:
   // qp_table_[qp_num - kFirstQpNum] is the QP, or nullptr once destroyed.

@@ -8,31 +8,55 @@
 
 namespace rdma_transport {
 
-DialResult Dial(const Context& client, const Context& server,
-                const ConnectionOptions& options,
-                std::string_view listen_address,
-                std::optional<Deadline> accept_deadline) {
+namespace {
+
+DialResult DialWithDeadline(const Context& client, const Context& server,
+                            const ConnectionOptions& client_options,
+                            const ConnectionOptions& server_options,
+                            const ListenerOptions& listener_options,
+                            std::string_view listen_address,
+                            std::optional<Deadline> accept_deadline) {
   DialResult result{nullptr, absl::UnknownError("not dialled"),
                     absl::UnknownError("not accepted")};
-  // Tests on Soft-RoCE listen on the VM's private addresses; no token
-  // unless the test sets one.
-  ListenerOptions listener_options;
-  listener_options.allow_unauthenticated = true;
-  absl::StatusOr<std::unique_ptr<Listener>> listener =
-      Listener::Create(server, listen_address, options, listener_options);
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Create(
+      server, listen_address, server_options, listener_options);
   if (!listener.ok()) {
     result.client = listener.status();
     result.server = listener.status();
     return result;
   }
   result.listener = *std::move(listener);
-  EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>> dialled = RunInThread(
-      client.env(),
-      [&] { return Connect(client, result.listener->address(), options); });
+  EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>> dialled =
+      RunInThread(client.env(), [&] {
+        return Connect(client, result.listener->address(), client_options);
+      });
   result.server = result.listener->Accept(accept_deadline.value_or(
-      server.env().DeadlineIn(options.handshake_timeout * 2)));
+      server.env().DeadlineIn(server_options.handshake_timeout * 2)));
   result.client = dialled.Get();
   return result;
+}
+
+}  // namespace
+
+DialResult Dial(const Context& client, const Context& server,
+                const ConnectionOptions& options,
+                std::string_view listen_address,
+                std::optional<Deadline> accept_deadline) {
+  // Tests on Soft-RoCE listen on the VM's private addresses; no token
+  // unless the test sets one.
+  ListenerOptions listener_options;
+  listener_options.allow_unauthenticated = true;
+  return DialWithDeadline(client, server, options, options, listener_options,
+                          listen_address, accept_deadline);
+}
+
+DialResult DialWith(const Context& client, const Context& server,
+                    const ConnectionOptions& client_options,
+                    const ConnectionOptions& server_options,
+                    const ListenerOptions& listener_options,
+                    std::string_view listen_address) {
+  return DialWithDeadline(client, server, client_options, server_options,
+                          listener_options, listen_address, std::nullopt);
 }
 
 absl::StatusOr<SimContexts> OpenTwoSimContexts(sim::Fabric& fabric,

@@ -40,6 +40,14 @@ DialResult Dial(const Context& client, const Context& server,
                 std::string_view listen_address = "127.0.0.1:0",
                 std::optional<Deadline> accept_deadline = std::nullopt);
 
+// The same with each side's options apart (the server's token and shape
+// from `server_options`) and the listener's own options.
+DialResult DialWith(const Context& client, const Context& server,
+                    const ConnectionOptions& client_options,
+                    const ConnectionOptions& server_options,
+                    const ListenerOptions& listener_options,
+                    std::string_view listen_address = "127.0.0.1:0");
+
 struct SimContexts {
   std::vector<std::string> devices;  // client's, then server's
   std::vector<std::unique_ptr<Context>> contexts;

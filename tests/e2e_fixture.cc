@@ -28,13 +28,22 @@ void EndToEndTest::SetUp() {
 }
 
 void EndToEndTest::OpenContexts(const TransportOptions& options) {
-  absl::StatusOr<TransportConfig> config = LoadTransportConfig(options);
-  ASSERT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<std::unique_ptr<Context>> client =
-      Context::Open(backend_->verbs(), backend_->client_device(), *config);
+  OpenContexts(options, options);
+}
+
+void EndToEndTest::OpenContexts(const TransportOptions& client_options,
+                                const TransportOptions& server_options) {
+  absl::StatusOr<TransportConfig> client_config =
+      LoadTransportConfig(client_options);
+  ASSERT_TRUE(client_config.ok()) << client_config.status();
+  absl::StatusOr<TransportConfig> server_config =
+      LoadTransportConfig(server_options);
+  ASSERT_TRUE(server_config.ok()) << server_config.status();
+  absl::StatusOr<std::unique_ptr<Context>> client = Context::Open(
+      backend_->verbs(), backend_->client_device(), *client_config);
   ASSERT_TRUE(client.ok()) << client.status();
-  absl::StatusOr<std::unique_ptr<Context>> server =
-      Context::Open(backend_->verbs(), backend_->server_device(), *config);
+  absl::StatusOr<std::unique_ptr<Context>> server = Context::Open(
+      backend_->verbs(), backend_->server_device(), *server_config);
   ASSERT_TRUE(server.ok()) << server.status();
   client_context_ = *std::move(client);
   server_context_ = *std::move(server);
@@ -59,6 +68,23 @@ absl::StatusOr<ConnectionPair> EndToEndTest::ConnectPair(
   }
   DialResult dial =
       Dial(*client_context_, *server_context_, options, ListenAddress());
+  if (!dial.client.ok()) return dial.client.status();
+  if (!dial.server.ok()) return dial.server.status();
+  return ConnectionPair{*std::move(dial.client), *std::move(dial.server)};
+}
+
+absl::StatusOr<ConnectionPair> EndToEndTest::ConnectPair(
+    const ConnectionOptions& client_options,
+    const ConnectionOptions& server_options,
+    const ListenerOptions& listener_options) {
+  if (client_context_ == nullptr) {
+    OpenContexts();
+    if (client_context_ == nullptr) {
+      return absl::InternalError("contexts could not be opened");
+    }
+  }
+  DialResult dial = DialWith(*client_context_, *server_context_, client_options,
+                             server_options, listener_options, ListenAddress());
   if (!dial.client.ok()) return dial.client.status();
   if (!dial.server.ok()) return dial.server.status();
   return ConnectionPair{*std::move(dial.client), *std::move(dial.server)};

@@ -42,11 +42,19 @@ class EndToEndTest : public ::testing::Test {
 
   // Opens the two contexts with `options` layered over the environment.
   void OpenContexts(const TransportOptions& options = {});
+  // Each side with its own options (an MTU or traffic class apart).
+  void OpenContexts(const TransportOptions& client,
+                    const TransportOptions& server);
 
   // A listener on the server context, a Connect() from the client, and the
   // accepted connection.
   absl::StatusOr<ConnectionPair> ConnectPair(
       const ConnectionOptions& options = {});
+  // The same with each side's options and the listener's.
+  absl::StatusOr<ConnectionPair> ConnectPair(
+      const ConnectionOptions& client_options,
+      const ConnectionOptions& server_options,
+      const ListenerOptions& listener_options);
 
   TestBackend& backend() { return *backend_; }
   // The backend's clock: virtual on the simulator. Every deadline of the

@@ -22,6 +22,7 @@
 #include "transport/tcp.h"
 #include "verbs_shim/env_thread.h"
 #include "verbs_shim/verbs_error.h"
+#include "verbs_shim/verbs_names.h"
 
 namespace rdma_transport {
 namespace {
@@ -566,6 +567,143 @@ TEST_F(EndToEndTest, DefaultTrafficClassIsZeroInTheQp) {
   E2E_ASSERT_OK(
       backend().verbs().QueryQp(pair->client->qp(), &attr, IBV_QP_AV, &init));
   EXPECT_EQ(attr.ah_attr.grh.traffic_class, 0);
+}
+
+// A message each way, checked: the connection really works.
+void ExpectMessagesBothWays(EndToEndTest& test, ConnectionPair& pair) {
+  E2E_ASSERT_OK(SendStream(*pair.client, 7, 4));
+  E2E_ASSERT_OK(
+      ReceiveStream(*pair.server, 7, 4, pair.client->max_message_size()));
+  E2E_ASSERT_OK(SendStream(*pair.server, 8, 4));
+  E2E_ASSERT_OK(
+      ReceiveStream(*pair.client, 8, 4, pair.server->max_message_size()));
+}
+
+ibv_qp_attr QueryPath(EndToEndTest& test, const Connection& connection,
+                      TestBackend& backend) {
+  ibv_qp_attr attr = {};
+  ibv_qp_init_attr init = {};
+  const absl::Status status = backend.verbs().QueryQp(
+      connection.qp(), &attr,
+      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MAX_QP_RD_ATOMIC |
+          IBV_QP_MAX_DEST_RD_ATOMIC,
+      &init);
+  EXPECT_TRUE(status.ok()) << status;
+  return attr;
+}
+
+TEST_F(EndToEndTest, PeersWithDifferentMtusUseTheSmallerAndSaySo) {
+  // The server's MTU is its port's active MTU (4096 on the simulator, 1024
+  // over rxe on a 1500-byte link); the client's 1024 (512 over rxe).
+  ASSERT_NO_FATAL_FAILURE(OpenContexts());
+  const int server_mtu = server_context().mtu();
+  const int client_mtu = server_mtu > 1024 ? 1024 : 512;
+  TransportOptions client;
+  client.mtu = client_mtu;
+  ASSERT_NO_FATAL_FAILURE(OpenContexts(client, {}));
+  ASSERT_EQ(client_context().mtu(), client_mtu);
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  const std::string expected =
+      absl::StrCat("path MTU ", client_mtu, ": this side's active MTU is ");
+  for (Connection* connection : {pair->client.get(), pair->server.get()}) {
+    SCOPED_TRACE(connection->name());
+    EXPECT_EQ(connection->path().protocol_version, kHandshakeVersion);
+    EXPECT_EQ(connection->path().path_mtu, client_mtu);
+    EXPECT_THAT(connection->path().notes, ::testing::HasSubstr(expected));
+    EXPECT_EQ(QueryPath(*this, *connection, backend()).path_mtu,
+              *MtuFromBytes(client_mtu));
+  }
+  EXPECT_EQ(pair->client->path().peer_mtu, server_mtu);
+  ExpectMessagesBothWays(*this, *pair);
+}
+
+TEST_F(EndToEndTest, ReadDepthIsExchangedAndSetOnBothQps) {
+  absl::StatusOr<ConnectionPair> pair = ConnectPair();
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  const ReadDepth client = LocalReadDepth(client_context());
+  const ReadDepth server = LocalReadDepth(server_context());
+  EXPECT_EQ(pair->client->path().max_rd_atomic,
+            std::min(client.initiator, server.responder));
+  EXPECT_EQ(pair->server->path().max_rd_atomic,
+            std::min(server.initiator, client.responder));
+  for (Connection* connection : {pair->client.get(), pair->server.get()}) {
+    SCOPED_TRACE(connection->name());
+    const ibv_qp_attr attr = QueryPath(*this, *connection, backend());
+    EXPECT_EQ(attr.max_rd_atomic, connection->path().max_rd_atomic);
+    EXPECT_EQ(attr.max_dest_rd_atomic, connection->path().max_dest_rd_atomic);
+  }
+}
+
+TEST_F(EndToEndTest, TheServersTrafficPolicyDecidesAndBothSidesReportIt) {
+  TransportOptions client;
+  client.traffic_class = 96;
+  TransportOptions server;
+  server.traffic_class = 136;
+  ASSERT_NO_FATAL_FAILURE(OpenContexts(client, server));
+  struct Case {
+    TrafficPolicy policy;
+    int client_tc;
+    int server_tc;
+  };
+  for (const Case& c : {Case{TrafficPolicy::kEachSideOwn, 96, 136},
+                        Case{TrafficPolicy::kServerImposes, 136, 136},
+                        Case{TrafficPolicy::kServerAdoptsClient, 96, 96}}) {
+    SCOPED_TRACE(static_cast<int>(c.policy));
+    ListenerOptions listener = TestListenerOptions();
+    listener.traffic_policy = c.policy;
+    absl::StatusOr<ConnectionPair> pair = ConnectPair({}, {}, listener);
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    EXPECT_EQ(pair->client->path().traffic_class,
+              std::optional<uint8_t>(c.client_tc));
+    EXPECT_EQ(pair->server->path().traffic_class,
+              std::optional<uint8_t>(c.server_tc));
+    EXPECT_EQ(
+        QueryPath(*this, *pair->client, backend()).ah_attr.grh.traffic_class,
+        c.client_tc);
+    EXPECT_EQ(
+        QueryPath(*this, *pair->server, backend()).ah_attr.grh.traffic_class,
+        c.server_tc);
+    EXPECT_EQ(pair->client->path().traffic_from_peer,
+              c.policy == TrafficPolicy::kServerImposes);
+    if (c.policy == TrafficPolicy::kServerImposes) {
+      EXPECT_THAT(pair->client->path().notes,
+                  ::testing::HasSubstr("the server set traffic class 136"));
+    }
+    ExpectMessagesBothWays(*this, *pair);
+  }
+}
+
+TEST_F(EndToEndTest, AProtocol2ClientAndOneWithAnUnknownExtensionConnect) {
+  ASSERT_NO_FATAL_FAILURE(OpenContexts());
+  ConnectionOptions legacy;
+  legacy.max_protocol_version = kLegacyHandshakeVersion;
+  absl::StatusOr<ConnectionPair> old =
+      ConnectPair(legacy, {}, TestListenerOptions());
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->client->path().protocol_version, kLegacyHandshakeVersion);
+  EXPECT_EQ(old->server->path().protocol_version, kLegacyHandshakeVersion);
+  ExpectMessagesBothWays(*this, *old);
+
+  // A later version's HELLO: an extension this one does not know.
+  ConnectionOptions later;
+  later.extra_hello_extensions = {{0x0777, {1, 2, 3}}};
+  absl::StatusOr<ConnectionPair> newer =
+      ConnectPair(later, {}, TestListenerOptions());
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  EXPECT_EQ(newer->server->path().protocol_version, kHandshakeVersion);
+  ExpectMessagesBothWays(*this, *newer);
+
+  // ... unless the sender marked it as one the server must understand.
+  later.extra_hello_extensions = {{0x8777, {}}};
+  later.handshake_timeout = seconds(2);
+  absl::StatusOr<ConnectionPair> refused =
+      ConnectPair(later, later, TestListenerOptions());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+      << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              ::testing::HasSubstr("unknown critical extension 0x8777"));
 }
 
 // Runs a listener's Accept loop on a thread until one real connection.

@@ -324,6 +324,34 @@ TEST_F(ListenerAdmissionTest,
   EXPECT_EQ(stats.shells_created, 1u);
 }
 
+TEST_F(ListenerAdmissionTest, OneSourceAtItsLimitDisplacesOnlyItsOwn) {
+  ListenerOptions options;
+  options.max_pending_handshakes = 8;
+  options.max_handshakes_per_source = 2;
+  ASSERT_NO_FATAL_FAILURE(Listen(options));
+  std::vector<size_t> strangers;
+  for (int i = 0; i < 3; ++i) {
+    strangers.push_back(Open());
+    ASSERT_NO_FATAL_FAILURE(Write(strangers.back(), Hello("secret")));
+    ASSERT_NO_FATAL_FAILURE(Serve());
+  }
+  // The table has room for 8, but 127.0.0.1 may hold 2: the third HELLO
+  // displaced the first, not a slot of another source.
+  absl::StatusOr<HandshakeMessage> first = ReadFrame(strangers[0]);
+  ASSERT_TRUE(first.ok() && first->type == HandshakeType::kAccept);
+  absl::StatusOr<HandshakeMessage> displaced = ReadFrame(strangers[0]);
+  ASSERT_TRUE(displaced.ok()) << displaced.status();
+  EXPECT_EQ(displaced->type, HandshakeType::kReject);
+  EXPECT_THAT(displaced->reason, HasSubstr("displaced"));
+  for (int i : {1, 2}) {
+    absl::StatusOr<HandshakeMessage> accept = ReadFrame(strangers[i]);
+    ASSERT_TRUE(accept.ok()) << accept.status();
+    EXPECT_EQ(accept->type, HandshakeType::kAccept);
+    EXPECT_FALSE(ClosedByListener(strangers[i]));
+  }
+  EXPECT_EQ(listener_->stats().dropped, 1u);
+}
+
 TEST_F(ListenerAdmissionTest, AProtocol2ClientIsServedTheOldWayOrRefused) {
   HandshakeMessage legacy = SampleHello("secret");
   legacy.version = kLegacyHandshakeVersion;
@@ -351,6 +379,59 @@ TEST_F(ListenerAdmissionTest, AProtocol2ClientIsServedTheOldWayOrRefused) {
   EXPECT_EQ(reject->type, HandshakeType::kReject);
   EXPECT_EQ(reject->version, kLegacyHandshakeVersion);  // one it can read
   EXPECT_THAT(reject->reason, HasSubstr("accept_legacy_peers"));
+}
+
+// A server older than protocol 3 refuses a format-3 HELLO with its version
+// error; Connect() then tries again at once in format 2.
+TEST_F(ListenerAdmissionTest, ConnectFallsBackToProtocol2ForAnOlderServer) {
+  SetupNetwork& network = SetupNetworkOf(env());
+  absl::StatusOr<SetupListener> old_server = network.Listen("127.0.0.1:0", 16);
+  ASSERT_TRUE(old_server.ok()) << old_server.status();
+  // Plays the old server: the first HELLO refused as protocol 2 peers did,
+  // the second answered with a REJECT that ends the test.
+  EnvFuture<std::vector<uint16_t>> server = RunInThread(env(), [&] {
+    std::vector<uint16_t> formats;
+    for (int round = 0; round < 2; ++round) {
+      std::optional<SetupStream> stream;
+      const Deadline give_up = env().DeadlineIn(milliseconds(2000));
+      while (!stream.has_value() && env().Now() < give_up) {
+        absl::StatusOr<std::optional<SetupStream>> accepted =
+            network.Accept(old_server->fd);
+        if (accepted.ok() && accepted->has_value()) {
+          stream = std::move(*accepted);
+        } else {
+          env().SleepUntil(env().DeadlineIn(milliseconds(1)));
+        }
+      }
+      if (!stream.has_value()) break;
+      Socket socket(stream->fd);
+      std::vector<uint8_t> header(kHandshakeHeaderSize);
+      if (!ReadExact(env(), socket.fd(), header,
+                     env().DeadlineIn(milliseconds(100)))
+               .ok()) {
+        break;
+      }
+      formats.push_back(static_cast<uint16_t>((header[4] << 8) | header[5]));
+      HandshakeMessage reject;
+      reject.type = HandshakeType::kReject;
+      reject.version = kLegacyHandshakeVersion;
+      reject.reason =
+          round == 0 ? "handshake: peer speaks version 3, this side speaks 2"
+                     : "old server: end of test";
+      (void)WriteAll(env(), socket.fd(), *EncodeHandshake(reject),
+                     env().DeadlineIn(milliseconds(100)));
+    }
+    return formats;
+  });
+  absl::StatusOr<std::unique_ptr<Connection>> client =
+      Connect(*contexts_[0], old_server->address);
+  const std::vector<uint16_t> formats = server.Get();
+  network.CloseListener(old_server->fd);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(client.status().message(), HasSubstr("old server: end of test"));
+  EXPECT_EQ(formats, (std::vector<uint16_t>{kHandshakeVersion,
+                                            kLegacyHandshakeVersion}));
 }
 
 // Issue 13's scenario in virtual time: peers that know the token send a

@@ -85,10 +85,9 @@ namespace {
 // True for a "host:port" whose host is a loopback address (127.0.0.0/8,
 // ::1, localhost): only this machine's processes can reach it.
 bool IsLoopback(std::string_view address) {
-  std::string_view host = address.substr(0, address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  absl::StatusOr<HostPort> split = SplitHostPort(address);
+  if (!split.ok()) return false;
+  const std::string& host = split->host;
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
@@ -241,9 +240,9 @@ absl::StatusOr<std::unique_ptr<Connection>> ConnectOnce(
   }
   const bool legacy = reply->version < kHandshakeVersion;
   if (reply->version != format) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": handshake: a format-", format, " HELLO answered in format ",
-        reply->version));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": handshake: a format-", format,
+                     " HELLO answered in format ", reply->version));
   }
   if (!legacy && (reply->max_version < kMinHandshakeVersion ||
                   reply->max_version > kHandshakeVersion)) {
@@ -263,6 +262,14 @@ absl::StatusOr<std::unique_ptr<Connection>> ConnectOnce(
   ready.version = reply->version;
   if (absl::Status status = SendFrame(env, socket.fd(), ready, deadline);
       !status.ok()) {
+    // A server that displaced this handshake closed after its REJECT, which
+    // may be waiting to be read.
+    absl::StatusOr<HandshakeMessage> late = ReceiveFrame(
+        env, socket.fd(),
+        std::min(deadline, env.DeadlineIn(std::chrono::milliseconds(100))));
+    if (late.ok() && late->type == HandshakeType::kReject) {
+      return rejected(*late);
+    }
     return WithContext(status, name);
   }
   if (!legacy) {
@@ -294,10 +301,10 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
   Env& env = context.env();
   if (options.max_protocol_version < kMinHandshakeVersion ||
       options.max_protocol_version > kHandshakeVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ConnectionOptions::max_protocol_version ",
-        options.max_protocol_version, " out of range ", kMinHandshakeVersion,
-        "..", kHandshakeVersion));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ConnectionOptions::max_protocol_version ",
+                     options.max_protocol_version, " out of range ",
+                     kMinHandshakeVersion, "..", kHandshakeVersion));
   }
   const Deadline deadline = env.DeadlineIn(options.handshake_timeout);
   uint16_t format = options.max_protocol_version;
@@ -327,6 +334,7 @@ absl::StatusOr<std::unique_ptr<Connection>> Connect(
 struct Listener::Pending {
   Socket socket;
   std::string peer;
+  std::string source;  // the peer's address without its port
   Deadline deadline;
   bool awaiting_ready = false;
   // The frame format this peer speaks (known from its first header; REJECTs
@@ -480,15 +488,22 @@ Listener::Table::iterator Listener::ChooseSilentVictim() {
   return silent_.end();
 }
 
-Listener::Table::iterator Listener::ChooseHandshakeVictim() {
+Listener::Table::iterator Listener::ChooseHandshakeVictim(
+    const std::string* source) {
   // The oldest stalled mid-frame first, then the oldest still waiting for
   // READY (a real client answers within a round trip and a QP transition;
-  // one whose READY has arrived is kept).
+  // one whose READY has arrived is kept). With `source`, only its own.
+  auto eligible = [source](const Pending& pending) {
+    return source == nullptr || pending.source == *source;
+  };
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    if (!(*it)->awaiting_ready && !(*it)->bytes.empty()) return it;
+    if (eligible(**it) && !(*it)->awaiting_ready && !(*it)->bytes.empty()) {
+      return it;
+    }
   }
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    if ((*it)->awaiting_ready && !HasDataWaiting((*it)->socket.fd())) {
+    if (eligible(**it) && (*it)->awaiting_ready &&
+        !HasDataWaiting((*it)->socket.fd())) {
       return it;
     }
   }
@@ -506,6 +521,8 @@ void Listener::AcceptNewSockets() {
     auto pending = std::make_unique<Pending>();
     pending->socket = Socket((*stream)->fd);
     pending->peer = (*stream)->peer_address;
+    absl::StatusOr<HostPort> split = SplitHostPort(pending->peer);
+    pending->source = split.ok() ? split->host : pending->peer;
     pending->deadline = env_.DeadlineIn(options_.handshake_timeout);
     if (silent_.size() >= max_silent_sockets_) {
       auto victim = ChooseSilentVictim();
@@ -530,14 +547,30 @@ std::unique_ptr<Connection> Listener::Promote(size_t index) {
            "went away before sending anything");
     return nullptr;
   }
-  if (pending_.size() >= listener_options_.max_pending_handshakes) {
-    auto victim = ChooseHandshakeVictim();
+  const size_t from_source = static_cast<size_t>(std::count_if(
+      pending_.begin(), pending_.end(),
+      [&](const std::unique_ptr<Pending>& other) {
+        return other != nullptr && other->source == pending.source;
+      }));
+  const bool source_full =
+      from_source >= listener_options_.max_handshakes_per_source;
+  if (source_full ||
+      pending_.size() >= listener_options_.max_pending_handshakes) {
+    // A source at its limit gives up one of its own, never another's.
+    auto victim =
+        ChooseHandshakeVictim(source_full ? &pending.source : nullptr);
     if (victim == pending_.end()) {
       pending.format = PeekFormat(pending.socket.fd());
       Reject(pending,
-             absl::StrCat("server busy: all ",
-                          listener_options_.max_pending_handshakes,
-                          " handshake slots are making progress; try again"),
+             source_full
+                 ? absl::StrCat("server busy: all ",
+                                listener_options_.max_handshakes_per_source,
+                                " handshake slots for ", pending.source,
+                                " are making progress; try again")
+                 : absl::StrCat("server busy: all ",
+                                listener_options_.max_pending_handshakes,
+                                " handshake slots are making progress; try "
+                                "again"),
              &ListenerStats::dropped, kBusyRetryAfterMs);
       return nullptr;
     }

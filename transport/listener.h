@@ -90,6 +90,10 @@ struct ListenerOptions {
   // Handshakes under way: the peer has sent bytes (the HELLO is read and
   // answered as soon as it is whole; the server's QP then waits for READY).
   size_t max_pending_handshakes = 64;
+  // Of those, at most this many from one IP address: a newcomer from a
+  // source at its limit displaces that source's own oldest waiting
+  // handshake, so one host flooding cannot displace other hosts' peers.
+  size_t max_handshakes_per_source = 32;
   // Accepted sockets whose peer has sent nothing yet (one descriptor and a
   // small record each, no verbs resources). A real client writes its HELLO
   // right after connect(); the table has to hold every socket a flood opens
@@ -172,9 +176,9 @@ class Listener {
   std::unique_ptr<Connection> Promote(size_t index);
   // The oldest silent socket with nothing waiting, or end() if none.
   Table::iterator ChooseSilentVictim();
-  // The oldest handshake stalled mid-frame, or end() if every one is making
-  // progress.
-  Table::iterator ChooseHandshakeVictim();
+  // The oldest handshake stalled mid-frame, else the oldest waiting for a
+  // READY that has not arrived (only `source`'s when given), or end().
+  Table::iterator ChooseHandshakeVictim(const std::string* source);
   // Advances one handshake; returns a connection when it completes.
   std::unique_ptr<Connection> Advance(Pending& pending);
   // Answers a protocol-2 HELLO: everything set up before ACCEPT.

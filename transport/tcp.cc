@@ -114,9 +114,8 @@ void Socket::Close() {
   if (fd_ >= 0) ::close(std::exchange(fd_, -1));
 }
 
-absl::StatusOr<SocketAddress> ResolveTcpAddress(std::string_view host_port) {
-  std::string host;
-  std::string_view port_text;
+absl::StatusOr<HostPort> SplitHostPort(std::string_view host_port) {
+  HostPort split;
   if (!host_port.empty() && host_port.front() == '[') {
     size_t close = host_port.find(']');
     if (close == std::string_view::npos || close + 1 >= host_port.size() ||
@@ -125,18 +124,26 @@ absl::StatusOr<SocketAddress> ResolveTcpAddress(std::string_view host_port) {
           absl::StrCat("address \"", std::string(host_port),
                        "\" is not of the form [ipv6]:port"));
     }
-    host = std::string(host_port.substr(1, close - 1));
-    port_text = host_port.substr(close + 2);
-  } else {
-    size_t colon = host_port.rfind(':');
-    if (colon == std::string_view::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("address \"", std::string(host_port),
-                       "\" has no port (expected host:port)"));
-    }
-    host = std::string(host_port.substr(0, colon));
-    port_text = host_port.substr(colon + 1);
+    split.host = std::string(host_port.substr(1, close - 1));
+    split.port = std::string(host_port.substr(close + 2));
+    return split;
   }
+  size_t colon = host_port.rfind(':');
+  if (colon == std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", std::string(host_port),
+                     "\" has no port (expected host:port)"));
+  }
+  split.host = std::string(host_port.substr(0, colon));
+  split.port = std::string(host_port.substr(colon + 1));
+  return split;
+}
+
+absl::StatusOr<SocketAddress> ResolveTcpAddress(std::string_view host_port) {
+  absl::StatusOr<HostPort> split = SplitHostPort(host_port);
+  if (!split.ok()) return split.status();
+  const std::string& host = split->host;
+  const std::string_view port_text = split->port;
   uint32_t port = 0;
   if (port_text.empty() ||
       port_text.find_first_not_of("0123456789") != std::string_view::npos ||

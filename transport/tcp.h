@@ -56,6 +56,14 @@ struct SocketAddress {
 
 // "host:port" or "[ipv6]:port"; host may be a name (resolved with
 // getaddrinfo) or empty / "*" for every local address (listening only).
+// "host:port" or "[ipv6]:port" cut in two (brackets removed); nothing is
+// resolved or range-checked. kInvalidArgument without a port.
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+absl::StatusOr<HostPort> SplitHostPort(std::string_view host_port);
+
 absl::StatusOr<SocketAddress> ResolveTcpAddress(std::string_view host_port);
 // "10.0.0.1:4791", "[fe80::1]:4791".
 std::string FormatSocketAddress(const SocketAddress& address);

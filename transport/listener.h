@@ -50,10 +50,14 @@
 // network's Listen() returns.
 //
 // Errors of Connect(): kFailedPrecondition when the server rejects (with its
-// reason), kDeadlineExceeded when the handshake does not finish within
-// `handshake_timeout`, kUnavailable when the server cannot be reached or
-// goes away, kInvalidArgument for a malformed reply, and the verbs error when
-// the QP cannot be created or brought up.
+// reason), kUnavailable when it stays busy (every "server busy" or
+// "displaced" answer is retried after the time it names, while
+// `handshake_timeout` lasts), when it cannot be reached or goes away,
+// kDeadlineExceeded when the handshake does not finish within
+// `handshake_timeout`, kInvalidArgument for a malformed reply or a bad
+// ConnectionOptions::max_protocol_version, and the verbs error when the QP
+// cannot be created or brought up. Connection::path() then says what was
+// negotiated (transport/negotiation.h).
 //
 // Thread-safety: Connect() is thread-safe. A Listener is thread-compatible:
 // call Accept() from one thread at a time; stats() and address() from any.

@@ -324,6 +324,32 @@ TEST_F(ListenerAdmissionTest,
   EXPECT_EQ(stats.shells_created, 1u);
 }
 
+TEST_F(ListenerAdmissionTest, CreateRefusesOptionsThatWouldServeNoOne) {
+  ConnectionOptions options;
+  options.token = "secret";
+  for (int which = 0; which < 3; ++which) {
+    ListenerOptions bad;
+    const char* name = which == 0   ? "max_pending_handshakes"
+                       : which == 1 ? "max_handshakes_per_source"
+                                    : "max_silent_sockets";
+    (which == 0   ? bad.max_pending_handshakes
+     : which == 1 ? bad.max_handshakes_per_source
+                  : bad.max_silent_sockets) = 0;
+    absl::StatusOr<std::unique_ptr<Listener>> listener =
+        Listener::Create(*contexts_[1], "127.0.0.1:0", options, bad);
+    ASSERT_FALSE(listener.ok()) << name;
+    EXPECT_EQ(listener.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(listener.status().message(), HasSubstr(name));
+  }
+  // Only loopback literals (and "localhost") may go without a token: a name
+  // that starts like one does not.
+  absl::StatusOr<std::unique_ptr<Listener>> lookalike =
+      Listener::Create(*contexts_[1], "127.attacker.example:0");
+  ASSERT_FALSE(lookalike.ok());
+  EXPECT_EQ(lookalike.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(lookalike.status().message(), HasSubstr("allow_unauthenticated"));
+}
+
 TEST_F(ListenerAdmissionTest, OneSourceAtItsLimitDisplacesOnlyItsOwn) {
   ListenerOptions options;
   options.max_pending_handshakes = 8;
@@ -515,6 +541,76 @@ TEST_F(ListenerAdmissionTest,
   EXPECT_EQ(stats.shells_created, qps);
   accepted.clear();
   listener_.reset();  // TearDown's leak report: every pooled QP freed
+}
+
+}  // namespace
+}  // namespace rdma_transport
+
+namespace rdma_transport {
+namespace {
+
+// REVIEW: a newcomer promoted and closed in the same Accept() round (here:
+// wrong token) stays in pending_ until the round ends; the next newcomer of
+// that round counts it as a live slot and displaces a real handshake waiting
+// for READY although a slot is in fact free.
+TEST_F(ListenerAdmissionTest,
+       ReviewAClosedNewcomerDoesNotCostAWaitingHandshake) {
+  ListenerOptions options;
+  options.max_pending_handshakes = 2;
+  ASSERT_NO_FATAL_FAILURE(Listen(options));
+  const size_t a = Open();
+  const size_t b = Open();
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  ASSERT_NO_FATAL_FAILURE(Write(a, Hello("secret")));
+  ASSERT_NO_FATAL_FAILURE(Write(b, Hello("secret")));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  ASSERT_TRUE(ReadFrame(a).ok());
+  absl::StatusOr<HandshakeMessage> b_accept = ReadFrame(b);
+  ASSERT_TRUE(b_accept.ok() && b_accept->type == HandshakeType::kAccept);
+  // Both wait for READY. Two newcomers speak in the same round: a wrong token
+  // (it displaces A, as designed, then is rejected) and a good HELLO, which
+  // should take the slot the rejected one left.
+  const size_t wrong = Open();
+  const size_t good = Open();
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  ASSERT_NO_FATAL_FAILURE(Write(wrong, HelloWithWrongToken()));
+  ASSERT_NO_FATAL_FAILURE(Write(good, Hello("secret")));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  absl::StatusOr<HandshakeMessage> good_accept = ReadFrame(good);
+  ASSERT_TRUE(good_accept.ok()) << good_accept.status();
+  EXPECT_EQ(good_accept->type, HandshakeType::kAccept);
+  // B was not needed to make room.
+  absl::StatusOr<HandshakeMessage> b_next = ReadFrame(b);
+  EXPECT_FALSE(b_next.ok())
+      << "B got " << HandshakeTypeName(b_next->type) << ": " << b_next->reason;
+  EXPECT_FALSE(ClosedByListener(b));
+  EXPECT_EQ(listener_->stats().dropped, 1u) << listener_->stats().last_failure;
+}
+
+// REVIEW: a newcomer whose header is refused in the same round keeps its 12
+// header bytes; the next newcomer picks it as the handshake "stalled
+// mid-frame" and Forget()s it a second time (counted rejected AND dropped).
+TEST_F(ListenerAdmissionTest, ReviewARejectedNewcomerIsNotForgottenTwice) {
+  ListenerOptions options;
+  options.max_pending_handshakes = 1;
+  ASSERT_NO_FATAL_FAILURE(Listen(options));
+  const size_t a = Open();
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  ASSERT_NO_FATAL_FAILURE(Write(a, Hello("secret")));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  ASSERT_TRUE(ReadFrame(a).ok());
+  const size_t bad = Open();
+  const size_t good = Open();
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  std::vector<uint8_t> bad_magic = Hello("secret");
+  bad_magic[0] ^= 0xff;
+  ASSERT_NO_FATAL_FAILURE(Write(bad, bad_magic));
+  ASSERT_NO_FATAL_FAILURE(Write(good, Hello("secret")));
+  ASSERT_NO_FATAL_FAILURE(Serve());
+  const ListenerStats stats = listener_->stats();
+  // One REJECT (bad magic) and one displacement (A): nothing else.
+  EXPECT_EQ(stats.rejected, 1u);
+  EXPECT_EQ(stats.dropped, 1u) << stats.last_failure;
 }
 
 }  // namespace

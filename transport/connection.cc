@@ -1224,7 +1224,9 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
                      "the region was registered without kBindable "
                      "(IBV_ACCESS_MW_BIND)"));
   }
-  if ((access & kRemoteWrite) && !region.allows(kLocalWrite)) {
+  // kRemoteWrite implies local write at the verbs level.
+  if ((access & kRemoteWrite) && !region.allows(kLocalWrite) &&
+      !region.allows(kRemoteWrite)) {
     return absl::FailedPreconditionError(
         absl::StrCat(which,
                      "a writable binding needs a region registered with "

@@ -502,6 +502,11 @@ absl::StatusOr<HandshakeMessage> DecodeEndpointBody(
   HandshakeMessage message;
   message.type = type;
   message.version = version;
+  if (legacy) {
+    // A format-2 frame carries no range: its sender speaks protocol 2 only.
+    message.min_version = kLegacyHandshakeVersion;
+    message.max_version = kLegacyHandshakeVersion;
+  }
   QpEndpoint& endpoint = message.endpoint;
   endpoint.qp_num = reader.U32();
   endpoint.psn = reader.U32();

@@ -74,7 +74,11 @@
 // the format and type allow, so a stream reader refuses an absurd length
 // before waiting for the body. EncodeHandshake refuses what decoding would
 // refuse (a token on anything but HELLO, a reason on anything but REJECT, an
-// extension on a format-2 frame), so nothing is dropped silently; it writes
+// extension on a format-2 frame), so nothing is dropped silently - except an
+// unknown critical extension, which it writes (a test's, or a later
+// version's) and decoding refuses; fields a type does not carry (the
+// endpoint of READY, the version range of a format-2 frame) are not
+// written. A decoded format-2 HELLO or ACCEPT has the range 2..2. It writes
 // extensions in ascending type order, so decoding and encoding again give
 // the same bytes. Functions are stateless and thread-safe; decoding never
 // reads out of `bytes`.

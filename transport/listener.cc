@@ -1,5 +1,6 @@
 #include "transport/listener.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -51,6 +52,9 @@ class ConnectionSetup {
   static void Rename(Connection& connection, std::string name) {
     connection.name_ = std::move(name);
   }
+  static void NewPsn(Connection& connection) {
+    connection.psn_ = random() & 0xffffff;
+  }
   static QpEndpoint LocalEndpoint(const Connection& connection) {
     return connection.LocalEndpoint();
   }
@@ -84,11 +88,21 @@ namespace {
 
 // True for a "host:port" whose host is a loopback address (127.0.0.0/8,
 // ::1, localhost): only this machine's processes can reach it.
+// True for a "host:port" whose host is a loopback address literal
+// (127.0.0.0/8, ::1) or "localhost"; a name that merely starts with "127."
+// is not.
 bool IsLoopback(std::string_view address) {
   absl::StatusOr<HostPort> split = SplitHostPort(address);
   if (!split.ok()) return false;
   const std::string& host = split->host;
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  if (host == "localhost") return true;
+  in_addr v4 = {};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6 = {};
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 &&
+         IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 bool SameToken(std::string_view a, std::string_view b) {
@@ -354,6 +368,17 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Create(
     const Context& context, std::string_view address,
     const ConnectionOptions& options, const ListenerOptions& listener_options) {
   SetupNetwork& network = SetupNetworkOf(context.env());
+  for (auto [name, value] :
+       {std::pair<const char*, size_t>{"max_pending_handshakes",
+                                       listener_options.max_pending_handshakes},
+        {"max_handshakes_per_source",
+         listener_options.max_handshakes_per_source},
+        {"max_silent_sockets", listener_options.max_silent_sockets}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ListenerOptions::", name, " is 0: the listener could serve no one"));
+    }
+  }
   if (options.token.empty() && !listener_options.allow_unauthenticated &&
       !IsLoopback(address)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -439,6 +464,8 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::TakeShell(
     std::unique_ptr<Connection> shell = std::move(spare_.back());
     spare_.pop_back();
     ConnectionSetup::Rename(*shell, std::move(name));
+    // The stranger it was offered to saw its first PSN.
+    ConnectionSetup::NewPsn(*shell);
     return shell;
   }
   {
@@ -547,6 +574,13 @@ std::unique_ptr<Connection> Listener::Promote(size_t index) {
            "went away before sending anything");
     return nullptr;
   }
+  // Handshakes closed earlier in this round free their slots now.
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [](const std::unique_ptr<Pending>& other) {
+                                  return other == nullptr ||
+                                         !other->socket.valid();
+                                }),
+                 pending_.end());
   const size_t from_source = static_cast<size_t>(std::count_if(
       pending_.begin(), pending_.end(),
       [&](const std::unique_ptr<Pending>& other) {

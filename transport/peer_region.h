@@ -32,7 +32,8 @@
 // windows: EINVAL on rxe).
 //
 // Thread-safety: Release() and the accessors may be called from any thread,
-// concurrently with the connection's calls and its Close(). Move-only.
+// concurrently with the connection's calls and its Close(), but not
+// concurrently with each other on the same PeerRegion. Move-only.
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_PEER_REGION_H_
 #define RDMA_TRANSPORT_TRANSPORT_PEER_REGION_H_

@@ -487,7 +487,14 @@ absl::StatusOr<ibv_mw*> SimVerbs::AllocMw(ibv_pd* pd, ibv_mw_type type) {
   }
   auto mw = std::make_unique<SimMw>();
   mw->id = core.next_object_id++;
-  mw->index = core.next_mw_index++;
+  // Indices 0x800000..0xFFFFFF (an rkey's top 24 bits), wrapping after 8 M
+  // windows and skipping those still alive on the device.
+  uint32_t index = core.next_mw_index;
+  while (index > 0xFFFFFF || device.mws_by_index.count(index) > 0) {
+    index = index > 0xFFFFFF ? 0x800000 : index + 1;
+  }
+  core.next_mw_index = index + 1;
+  mw->index = index;
   mw->pd = sim_pd;
   mw->device = &device;
   mw->rkey = mw->index << 8;

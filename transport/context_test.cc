@@ -117,8 +117,8 @@ TEST_F(ContextTest, AutoGidFallsBackToAGlobalIpv6RoceV2Entry) {
   ASSERT_TRUE(context.ok()) << context.status();
   EXPECT_EQ((*context)->gid().index, 2u);
   EXPECT_THAT((*context)->gid().why,
-              HasSubstr("GID 2 chosen: the first RoCE v2 global IPv6 (no RoCE "
-                        "v2 IPv4 entry)"));
+              HasSubstr("GID 2 chosen: the first RoCE v2 global IPv6 (no usable "
+                        "RoCE v2 IPv4 entry)"));
 }
 
 TEST_F(ContextTest, AutoGidSkipsOtherPortsZeroAndLinkLocal) {

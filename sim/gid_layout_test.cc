@@ -65,13 +65,17 @@ TEST(GidLayoutTest, BadLayoutsAreRefused) {
     const char* message;
   };
   const Case cases[] = {
-      {{{256, "2001:db8::1"}}, absl::StatusCode::kInvalidArgument,
+      {{{256, "2001:db8::1"}},
+       absl::StatusCode::kInvalidArgument,
        "beyond gid_table_length 256"},
       {{{1, "2001:db8::1"}, {1, "2001:db8::2"}},
-       absl::StatusCode::kInvalidArgument, "index given twice"},
+       absl::StatusCode::kInvalidArgument,
+       "index given twice"},
       {{{1, "2001:db8::1"}, {2, "2001:db8::1"}},
-       absl::StatusCode::kInvalidArgument, "the same GID as index 1"},
-      {{{1, "10.0.0.1"}}, absl::StatusCode::kInvalidArgument,
+       absl::StatusCode::kInvalidArgument,
+       "the same GID as index 1"},
+      {{{1, "10.0.0.1"}},
+       absl::StatusCode::kInvalidArgument,
        "not an IPv6 address"},
       {{{1, "::"}}, absl::StatusCode::kInvalidArgument, "all-zero GID"},
   };
@@ -82,7 +86,8 @@ TEST(GidLayoutTest, BadLayoutsAreRefused) {
     EXPECT_THAT(added.status().message(), HasSubstr(c.message));
   }
   ASSERT_OK(fabric.AddDevice(Layout({{4, "2001:db8::4"}})).status());
-  absl::StatusOr<std::string> twin = fabric.AddDevice(Layout({{5, "2001:db8::4"}}));
+  absl::StatusOr<std::string> twin =
+      fabric.AddDevice(Layout({{5, "2001:db8::4"}}));
   ASSERT_FALSE(twin.ok());
   EXPECT_EQ(twin.status().code(), absl::StatusCode::kAlreadyExists);
   DeviceProfile ib = ConnectX7Infiniband();
@@ -170,13 +175,13 @@ TEST(TrafficClassOverrideTest, FileReadsAsOnMlx5) {
     std::string device;
     std::optional<std::string> contents;
   };
-  for (const Want& want : {Want{a, "Global tclass=106\n"}, Want{b, ""},
-                           Want{c, std::nullopt}}) {
+  for (const Want& want :
+       {Want{a, "Global tclass=106\n"}, Want{b, ""}, Want{c, std::nullopt}}) {
     ASSERT_OK_AND_ASSIGN(ibv_context * context, verbs.OpenDevice(want.device));
     ASSERT_OK_AND_ASSIGN(Verbs::TrafficClassFile file,
                          verbs.ReadTrafficClassFile(context, 1));
-    EXPECT_EQ(file.path, "/sys/class/infiniband/" + want.device +
-                             "/tc/1/traffic_class");
+    EXPECT_EQ(file.path,
+              "/sys/class/infiniband/" + want.device + "/tc/1/traffic_class");
     EXPECT_EQ(file.contents, want.contents) << want.device;
     ASSERT_OK(verbs.CloseDevice(context));
   }

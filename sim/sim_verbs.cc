@@ -382,10 +382,10 @@ absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
   SimPd* sim = core.FindPd(pd);
   if (sim == nullptr) return UnknownHandle("ibv_dealloc_pd", "PD");
   if (sim->live_mrs + sim->live_qps + sim->live_ahs > 0) {
-    return VerbsError("ibv_dealloc_pd", EBUSY,
-                      absl::StrCat(sim->live_mrs, " MRs, ", sim->live_qps,
-                                   " QPs and ", sim->live_ahs,
-                                   " AHs still use it"));
+    return VerbsError(
+        "ibv_dealloc_pd", EBUSY,
+        absl::StrCat(sim->live_mrs, " MRs, ", sim->live_qps, " QPs and ",
+                     sim->live_ahs, " AHs still use it"));
   }
   --sim->context->live_pds;
   --sim->context->device->live_pds;
@@ -894,9 +894,9 @@ absl::StatusOr<ibv_ah*> SimVerbs::CreateAh(ibv_pd* pd, ibv_ah_attr* attr) {
   if (sim_pd == nullptr) return UnknownHandle("ibv_create_ah", "PD");
   const Device& device = *sim_pd->context->device;
   if (!device.profile.supports_address_handles) {
-    return VerbsError("ibv_create_ah", EOPNOTSUPP,
-                      absl::StrCat(device.profile.model,
-                                   " has no address handles"));
+    return VerbsError(
+        "ibv_create_ah", EOPNOTSUPP,
+        absl::StrCat(device.profile.model, " has no address handles"));
   }
   if (attr == nullptr || attr->port_num != 1) {
     return VerbsError("ibv_create_ah", EINVAL,
@@ -954,9 +954,8 @@ absl::StatusOr<Verbs::TrafficClassFile> SimVerbs::ReadTrafficClassFile(
                            port, "/traffic_class");
   if (port != 1) return file;  // one port: no such directory
   if (profile.traffic_class_override.has_value()) {
-    file.contents =
-        absl::StrCat("Global tclass=",
-                     int{*profile.traffic_class_override}, "\n");
+    file.contents = absl::StrCat(
+        "Global tclass=", int{*profile.traffic_class_override}, "\n");
   } else if (profile.has_traffic_class_file) {
     file.contents = "";
   }

@@ -111,8 +111,7 @@ int main(int argc, char** argv) {
     absl::StatusOr<rdma_transport::sim::DeviceProfile> profile =
         rdma_transport::sim::ProfileByName(*sim_profile);
     if (!profile.ok()) {
-      std::fprintf(stderr, "rdma_devices: --sim=%s: %s\n",
-                   sim_profile->c_str(),
+      std::fprintf(stderr, "rdma_devices: --sim=%s: %s\n", sim_profile->c_str(),
                    std::string(profile.status().message()).c_str());
       return 2;
     }

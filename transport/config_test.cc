@@ -227,8 +227,9 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidSubnet{"10.1.0/16", "\"10.1.0\" is not an IPv4 address"},
         InvalidSubnet{"10.1.0.256/24", "is not an IPv4 address"},
         InvalidSubnet{" 10.1.0.0/16", "is not an IPv4 address"},
-        InvalidSubnet{"10.1.0.0/33", "prefix length \"33\" is not an integer "
-                                     "0..32"},
+        InvalidSubnet{"10.1.0.0/33",
+                      "prefix length \"33\" is not an integer "
+                      "0..32"},
         InvalidSubnet{"10.1.0.0/", "prefix length \"\""},
         InvalidSubnet{"10.1.0.0/16 ", "prefix length \"16 \""},
         InvalidSubnet{"10.1.0.0/+16", "prefix length \"+16\""},

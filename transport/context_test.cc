@@ -116,9 +116,10 @@ TEST_F(ContextTest, AutoGidFallsBackToAGlobalIpv6RoceV2Entry) {
   absl::StatusOr<std::unique_ptr<Context>> context = Open();
   ASSERT_TRUE(context.ok()) << context.status();
   EXPECT_EQ((*context)->gid().index, 2u);
-  EXPECT_THAT((*context)->gid().why,
-              HasSubstr("GID 2 chosen: the first RoCE v2 global IPv6 (no usable "
-                        "RoCE v2 IPv4 entry)"));
+  EXPECT_THAT(
+      (*context)->gid().why,
+      HasSubstr("GID 2 chosen: the first RoCE v2 global IPv6 (no usable "
+                "RoCE v2 IPv4 entry)"));
 }
 
 TEST_F(ContextTest, AutoGidSkipsOtherPortsZeroAndLinkLocal) {
@@ -304,16 +305,17 @@ TEST_F(ContextTest, EndpointAndRouteDescribeThisSide) {
 // The address-handle probe: from the GID to itself, on the Context's PD.
 TEST_F(ContextTest, AutoGidSkipsAnEntryThatCannotFormAnAddressHandle) {
   EXPECT_CALL(verbs_, CreateAh(&pd_, _))
-      .WillRepeatedly([](ibv_pd*, ibv_ah_attr* attr) -> absl::StatusOr<ibv_ah*> {
-        EXPECT_EQ(attr->port_num, 1);
-        EXPECT_EQ(attr->is_global, 1);
-        if (attr->grh.sgid_index == 3) {
-          EXPECT_EQ(FormatGid(attr->grh.dgid), "::ffff:10.0.0.7");
-          return VerbsError("ibv_create_ah", ENETUNREACH);
-        }
-        static ibv_ah ah = {};
-        return &ah;
-      });
+      .WillRepeatedly(
+          [](ibv_pd*, ibv_ah_attr* attr) -> absl::StatusOr<ibv_ah*> {
+            EXPECT_EQ(attr->port_num, 1);
+            EXPECT_EQ(attr->is_global, 1);
+            if (attr->grh.sgid_index == 3) {
+              EXPECT_EQ(FormatGid(attr->grh.dgid), "::ffff:10.0.0.7");
+              return VerbsError("ibv_create_ah", ENETUNREACH);
+            }
+            static ibv_ah ah = {};
+            return &ah;
+          });
   absl::StatusOr<std::unique_ptr<Context>> context = Open();
   ASSERT_TRUE(context.ok()) << context.status();
   EXPECT_EQ((*context)->gid().index, 4u);

@@ -109,13 +109,12 @@ std::optional<std::string> ProbeVerdict(Verbs& verbs, const GidRequest& request,
     *note = "; address handle not probed";
     return std::nullopt;
   }
-  absl::Status probe = ProbeAddressHandle(verbs, request.pd, port,
-                                          entry.gid_index, entry.gid);
+  absl::Status probe =
+      ProbeAddressHandle(verbs, request.pd, port, entry.gid_index, entry.gid);
   if (probe.ok()) return std::nullopt;
   if (AddressHandlesUnsupported(probe)) {
-    *note = absl::StrCat(
-        "; address handle not probed: the provider has none (",
-        probe.message(), ")");
+    *note = absl::StrCat("; address handle not probed: the provider has none (",
+                         probe.message(), ")");
     return std::nullopt;
   }
   return absl::StrCat("cannot form an address handle: ", probe.message());
@@ -144,8 +143,8 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
     }
     if (subnet.has_value() && !subnet->Contains(entry.gid.raw)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("MC_GID_INDEX=", index, " is ", EntryName(entry),
-                       " on ", where, ", outside ", subnet_text));
+          absl::StrCat("MC_GID_INDEX=", index, " is ", EntryName(entry), " on ",
+                       where, ", outside ", subnet_text));
     }
     std::string note;
     if (std::optional<std::string> refused =
@@ -158,8 +157,8 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
     selected.index = index;
     selected.gid = entry.gid;
     selected.gid_type = static_cast<ibv_gid_type>(entry.gid_type);
-    selected.why = absl::StrCat("GID ", index, " chosen by MC_GID_INDEX on ",
-                                where, note);
+    selected.why =
+        absl::StrCat("GID ", index, " chosen by MC_GID_INDEX on ", where, note);
     return selected;
   }
 
@@ -168,9 +167,9 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
     absl::Status status = verbs.QueryGid(context, port, 0, &entry);
     if (!status.ok()) return status;
     if (subnet.has_value() && !subnet->Contains(entry.gid.raw)) {
-      return absl::NotFoundError(
-          absl::StrCat("the port GID of InfiniBand ", where, ", ",
-                       EntryName(entry), ", is outside ", subnet_text));
+      return absl::NotFoundError(absl::StrCat("the port GID of InfiniBand ",
+                                              where, ", ", EntryName(entry),
+                                              ", is outside ", subnet_text));
     }
     SelectedGid selected;
     selected.gid = entry.gid;
@@ -189,8 +188,8 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
   // index, among those that form an address handle.
   struct Candidate {
     const ibv_gid_entry* entry;
-    int rank;                // 0, 1; 2: skipped
-    std::string fate;        // for `why`
+    int rank;          // 0, 1; 2: skipped
+    std::string fate;  // for `why`
   };
   std::vector<Candidate> candidates;
   std::string seen;
@@ -217,8 +216,8 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
   for (int rank = 0; rank < 2 && best == nullptr; ++rank) {
     for (Candidate& candidate : candidates) {
       if (candidate.rank != rank) continue;
-      if (std::optional<std::string> refused = ProbeVerdict(
-              verbs, request, port, *candidate.entry, &note)) {
+      if (std::optional<std::string> refused =
+              ProbeVerdict(verbs, request, port, *candidate.entry, &note)) {
         candidate.fate = absl::StrCat("skipped, ", *refused);
         candidate.rank = 2;
         continue;
@@ -249,11 +248,10 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
   selected.why = absl::StrCat(
       "GID ", chosen.gid_index, " chosen: the first RoCE v2 ",
       best->rank == 0 ? "IPv4" : "global IPv6 (no usable RoCE v2 IPv4 entry)",
-      " entry",
-      subnet.has_value() ? absl::StrCat(" in ", subnet_text) : "", " of ",
-      where, request.pd != nullptr && note.empty()
-                 ? " that forms an address handle"
-                 : "",
+      " entry", subnet.has_value() ? absl::StrCat(" in ", subnet_text) : "",
+      " of ", where,
+      request.pd != nullptr && note.empty() ? " that forms an address handle"
+                                            : "",
       note, fates);
   return selected;
 }

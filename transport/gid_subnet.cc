@@ -62,8 +62,7 @@ absl::StatusOr<GidSubnet> ParseGidSubnet(std::string_view text) {
   in_addr v4 = {};
   if (address.find(':') == std::string::npos) {
     if (inet_pton(AF_INET, address.c_str(), &v4) != 1) {
-      return invalid(
-          absl::StrCat("\"", address, "\" is not an IPv4 address"));
+      return invalid(absl::StrCat("\"", address, "\" is not an IPv4 address"));
     }
     subnet.ipv4 = true;
     subnet.prefix[10] = 0xff;
@@ -72,8 +71,7 @@ absl::StatusOr<GidSubnet> ParseGidSubnet(std::string_view text) {
     max_length = 32;
   } else {
     if (inet_pton(AF_INET6, address.c_str(), subnet.prefix.data()) != 1) {
-      return invalid(
-          absl::StrCat("\"", address, "\" is not an IPv6 address"));
+      return invalid(absl::StrCat("\"", address, "\" is not an IPv6 address"));
     }
     max_length = 128;
   }

@@ -58,8 +58,8 @@ TEST(GidSubnetTest, Ipv6Range) {
   EXPECT_TRUE(subnet.Contains(GidOf("2001:db8:1:ffff::1").raw));
   EXPECT_FALSE(subnet.Contains(GidOf("2001:db8:2::5").raw));
   // An IPv6 range may name IPv4-mapped GIDs explicitly.
-  EXPECT_TRUE(Subnet("::ffff:10.0.0.0/104")
-                  .Contains(GidOf("::ffff:10.9.9.9").raw));
+  EXPECT_TRUE(
+      Subnet("::ffff:10.0.0.0/104").Contains(GidOf("::ffff:10.9.9.9").raw));
 }
 
 }  // namespace

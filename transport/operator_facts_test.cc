@@ -39,10 +39,8 @@ sim::DeviceProfile LateIpv4Profile(const std::string& ipv6) {
 }
 
 TransportConfig Config(const TransportOptions& options) {
-  absl::StatusOr<TransportConfig> config =
-      LoadTransportConfig(options, [](std::string_view) {
-        return std::optional<std::string>();
-      });
+  absl::StatusOr<TransportConfig> config = LoadTransportConfig(
+      options, [](std::string_view) { return std::optional<std::string>(); });
   EXPECT_TRUE(config.ok()) << config.status();
   return config.value_or(TransportConfig{});
 }
@@ -50,8 +48,8 @@ TransportConfig Config(const TransportOptions& options) {
 TEST(OperatorFactsTest, FirstIpv4EntryAtIndexThreeIsChosenAndExplained) {
   sim::Fabric fabric;
   sim::SimVerbs verbs(&fabric);
-  absl::StatusOr<std::string> device =
-      fabric.AddDevice(LateIpv4Profile("2001:db8::1"), std::nullopt, "10.1.0.5");
+  absl::StatusOr<std::string> device = fabric.AddDevice(
+      LateIpv4Profile("2001:db8::1"), std::nullopt, "10.1.0.5");
   ASSERT_TRUE(device.ok()) << device.status();
   absl::StatusOr<std::unique_ptr<Context>> context =
       Context::Open(verbs, *device, TransportConfig{});

@@ -26,9 +26,8 @@ absl::StatusOr<std::optional<uint8_t>> ParseTrafficClassFile(
       value = value * 10 + (c - '0');
     }
     if (!valid || value > 255) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("\"", std::string(line),
-                       "\": expected \"Global tclass=<0..255>\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"", std::string(line), "\": expected \"Global tclass=<0..255>\""));
     }
     return std::optional<uint8_t>(static_cast<uint8_t>(value));
   }
@@ -51,8 +50,8 @@ absl::StatusOr<std::optional<TrafficClassOverride>> ReadTrafficClassOverride(
   TrafficClassOverride found;
   found.path = file->path;
   found.traffic_class = **value;
-  found.line = absl::StrCat(std::string(kGlobalPrefix),
-                            int{found.traffic_class});
+  found.line =
+      absl::StrCat(std::string(kGlobalPrefix), int{found.traffic_class});
   return std::optional<TrafficClassOverride>(std::move(found));
 }
 
@@ -66,7 +65,8 @@ std::optional<std::string> TrafficClassOverrideWarning(
   }
   return absl::StrCat(
       std::string(device_name), " port ", port, ": ", found->path, " holds \"",
-      found->line, "\": the driver sends every QP's packets with traffic class ",
+      found->line,
+      "\": the driver sends every QP's packets with traffic class ",
       int{found->traffic_class}, ", overriding MC_IB_TC=", int{*configured},
       " (a host-wide mlx5 setting; ask the host's operator, or set MC_IB_TC=",
       int{found->traffic_class}, " to agree with it)");

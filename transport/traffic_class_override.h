@@ -30,8 +30,8 @@
 namespace rdma_transport {
 
 struct TrafficClassOverride {
-  std::string path;           // "/sys/class/infiniband/mlx5_0/tc/1/traffic_class"
-  std::string line;           // "Global tclass=106", as read
+  std::string path;  // "/sys/class/infiniband/mlx5_0/tc/1/traffic_class"
+  std::string line;  // "Global tclass=106", as read
   uint8_t traffic_class = 0;  // 106
 };
 

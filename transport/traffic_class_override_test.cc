@@ -31,9 +31,9 @@ TEST(TrafficClassFileTest, EmptyOrRulesOnlyIsNoOverride) {
 }
 
 TEST(TrafficClassFileTest, MalformedGlobalLineIsAnError) {
-  for (const char* text : {"Global tclass=256\n", "Global tclass=\n",
-                           "Global tclass=1o6\n", "Global tclass=-1\n",
-                           "Global tclass=106 \n"}) {
+  for (const char* text :
+       {"Global tclass=256\n", "Global tclass=\n", "Global tclass=1o6\n",
+        "Global tclass=-1\n", "Global tclass=106 \n"}) {
     absl::StatusOr<std::optional<uint8_t>> value = ParseTrafficClassFile(text);
     ASSERT_FALSE(value.ok()) << text;
     EXPECT_THAT(value.status().message(),
@@ -50,7 +50,8 @@ TEST(TrafficClassFileTest, WarningNamesFileValueAndWhatItOverrides) {
   EXPECT_THAT(*warning,
               HasSubstr("mlx5_0 port 1: /sys/class/infiniband/mlx5_0/tc/1/"
                         "traffic_class holds \"Global tclass=106\""));
-  EXPECT_THAT(*warning, HasSubstr("traffic class 106, overriding MC_IB_TC=136"));
+  EXPECT_THAT(*warning,
+              HasSubstr("traffic class 106, overriding MC_IB_TC=136"));
   EXPECT_EQ(TrafficClassOverrideWarning("mlx5_0", 1, found, 106), std::nullopt);
   EXPECT_EQ(TrafficClassOverrideWarning("mlx5_0", 1, found, std::nullopt),
             std::nullopt);

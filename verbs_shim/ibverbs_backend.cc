@@ -204,7 +204,7 @@ absl::StatusOr<int> IbverbsBackend::PollCq(ibv_cq* cq, int num_entries,
 }
 
 absl::StatusOr<ibv_ah*> IbverbsBackend::CreateAh(ibv_pd* pd,
-                                                ibv_ah_attr* attr) {
+                                                 ibv_ah_attr* attr) {
   return FromPointer("ibv_create_ah", ibv_create_ah(pd, attr));
 }
 

@@ -64,7 +64,7 @@ grep '^  inline: asked' "$out/rdma_devices.txt" | head -1 |
   sed "s/^  inline:/INFO rdma_devices on rxe: inline/" | tee -a "$summary" || true
 # Operator facts: rxe has no mlx5 traffic_class file, and its GIDs form
 # address handles (the probe the GID choice makes).
-no_override=$(grep -c '^  host traffic class: none (no /sys/class/infiniband/rxe[0-9]*/tc/1/traffic_class)' \
+no_override=$(grep -c '^  host traffic class: none (no /sys/class/infiniband/rxe[^/]*/tc/1/traffic_class)' \
   "$out/rdma_devices.txt" || true)
 probed=$(grep -c '^    why: GID [0-9]* chosen: .* that forms an address handle' "$out/rdma_devices.txt" || true)
 if ((no_override == 3 && probed == 3)); then

@@ -67,6 +67,9 @@ SimCounters& SimCounters::operator+=(const SimCounters& other) {
   for (size_t i = 0; i < kAsyncEventTypeCount; ++i) {
     async_events_by_type[i] += other.async_events_by_type[i];
   }
+  for (size_t i = 0; i < packets_by_traffic_class.size(); ++i) {
+    packets_by_traffic_class[i] += other.packets_by_traffic_class[i];
+  }
   return *this;
 }
 
@@ -85,6 +88,12 @@ std::string SimCounters::ToString() const {
   add("payload_bytes_delivered", payload_bytes_delivered);
   add("dma_read_bytes", dma_read_bytes);
   add("packets_sent", packets_sent);
+  for (size_t i = 0; i < packets_by_traffic_class.size(); ++i) {
+    // Class 0 is every packet of a default QP: not worth a line.
+    if (i == 0) continue;
+    add(absl::StrCat("packets_sent_tc_", i).c_str(),
+        packets_by_traffic_class[i]);
+  }
   add("packets_dropped", packets_dropped);
   add("retransmissions", retransmissions);
   add("rnr_naks", rnr_naks);

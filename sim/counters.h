@@ -48,6 +48,11 @@ struct SimCounters {
   // a QP not ready to receive, and out-of-sequence PSNs. Counted at the device
   // where the packet died (the sender's when nothing matched its route).
   uint64_t packets_dropped = 0;
+  // Of packets_sent, by the traffic class in their GRH (the IP ToS byte on
+  // RoCE v2) as the packet left: the sending QP's ah_attr.grh.traffic_class,
+  // or the device's host override when it has one
+  // (DeviceProfile::traffic_class_override), which wins as on mlx5.
+  std::array<uint64_t, 256> packets_by_traffic_class{};
   // Requests sent again after a transport timeout or an RNR NAK.
   uint64_t retransmissions = 0;
   // RNR NAKs this device received as a requester.
@@ -73,6 +78,9 @@ struct SimCounters {
                : 0;
   }
   uint64_t total_completions() const;
+  uint64_t packets_with_traffic_class(uint8_t traffic_class) const {
+    return packets_by_traffic_class[traffic_class];
+  }
   uint64_t async_events(ibv_event_type type) const {
     return static_cast<size_t>(type) < kAsyncEventTypeCount
                ? async_events_by_type[type]

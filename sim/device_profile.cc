@@ -201,6 +201,7 @@ DeviceProfile ConnectX6() {
   profile.active_width = 2;   // 4x
   profile.active_speed = 64;  // HDR lanes: 200 Gb/s
   profile.link_local_gid_type = IBV_GID_TYPE_ROCE_V1;
+  profile.has_traffic_class_file = true;  // MLNX_OFED's mlx5_ib
   profile.inline_rule = InlineRule::kMlx5;
   profile.mlx5_max_send_wqe_bytes = 1024;
   profile.power_of_two_queue_depths = true;
@@ -315,6 +316,7 @@ DeviceProfile AlibabaErdma() {
   profile.max_pkeys = 1;
   profile.num_comp_vectors = 4;
   profile.device_cap_flags = IBV_DEVICE_PORT_ACTIVE_EVENT;
+  profile.supports_address_handles = false;  // no UD, no AHs
   profile.link_layer = IBV_LINK_LAYER_ETHERNET;
   profile.max_mtu = IBV_MTU_4096;
   profile.active_mtu = IBV_MTU_1024;

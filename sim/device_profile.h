@@ -30,7 +30,9 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -53,6 +55,24 @@ enum class InlineRule {
   // `max_inline_data` (512); max_send_sge is written back as grant / 16.
   kRxe,
 };
+
+// One filled slot of an explicit GID table (DeviceProfile::gid_layout).
+struct GidSlot {
+  uint32_t index = 0;
+  // The GID in IPv6 text form ("2001:db8::5", "::ffff:10.1.0.5",
+  // "fe80::1"), or one of the two placeholders below, resolved per device
+  // when it is added.
+  std::string gid;
+  ibv_gid_type type = IBV_GID_TYPE_ROCE_V2;
+  // The errno ibv_create_ah fails with for an address handle sourced from
+  // this slot; 0: it works. Models an entry the kernel cannot route from,
+  // e.g. a GID left behind when its netdev lost the address (ENETUNREACH).
+  int create_ah_errno = 0;
+};
+// ::ffff:<the device's IPv4 address> (AddDevice's `ipv4` or 10.0.0.<k>).
+inline constexpr char kDeviceIpv4Gid[] = "device-ipv4";
+// The device's link-local fe80:: GID (from its made-up MAC).
+inline constexpr char kLinkLocalGid[] = "link-local";
 
 struct DeviceProfile {
   // --- Identity ---
@@ -96,6 +116,28 @@ struct DeviceProfile {
   // Type of GID index 0 (the link-local fe80:: entry) on an Ethernet port.
   // Index 1 is always the IPv4-mapped RoCE v2 entry.
   ibv_gid_type link_local_gid_type = IBV_GID_TYPE_ROCE_V2;
+  // Ethernet only. Empty: the table above (index 0 link-local, index 1 the
+  // device's IPv4). Otherwise exactly these slots are filled, at any index
+  // below gid_table_length, so a table can start with IPv6 and link-local
+  // entries and hold its first IPv4 entry anywhere. AddDevice refuses a
+  // layout with an index out of range or twice, an unparsable or all-zero
+  // GID (kInvalidArgument) or a GID another device holds (kAlreadyExists).
+  std::vector<GidSlot> gid_layout;
+
+  // --- Address handles ---
+  // false: the provider has no address handles (erdma), CreateAh fails
+  // with EOPNOTSUPP.
+  bool supports_address_handles = true;
+
+  // --- The host's traffic-class override (mlx5 with MLNX_OFED) ---
+  // Whether /sys/class/infiniband/<dev>/tc/1/traffic_class exists.
+  bool has_traffic_class_file = false;
+  // A value written to that file ("echo 106 > .../traffic_class"): the file
+  // then reads "Global tclass=106\n" and every packet the device sends
+  // carries this traffic class, whatever the QP's ah_attr.grh.traffic_class
+  // (which QueryQp still reports). nullopt: the file is empty, no override.
+  // Setting it implies has_traffic_class_file.
+  std::optional<uint8_t> traffic_class_override;
 
   // --- Provider rules for sizing queues and for posting ---
   InlineRule inline_rule = InlineRule::kFixedLimit;

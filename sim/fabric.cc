@@ -18,11 +18,14 @@ using internal::FabricCore;
 
 // The GID table of a device: on Ethernet, index 0 is the link-local GID built
 // from a made-up MAC (02:53:49:4d:hh:ll, "SIM" plus the device index) and
-// index 1 the RoCE v2 IPv4-mapped GID; on InfiniBand, index 0 is fe80::GUID.
-void FillGidTable(Device& device) {
+// index 1 the RoCE v2 IPv4-mapped GID, unless the profile gives its own
+// layout; on InfiniBand, index 0 is fe80::GUID. kInvalidArgument or
+// kAlreadyExists for a layout AddDevice must refuse (sim/device_profile.h).
+absl::Status FillGidTable(Device& device, const FabricCore& core) {
   const size_t length = static_cast<size_t>(device.profile.gid_table_length);
   device.gid_table.assign(length, ibv_gid_entry{});
   device.gid_valid.assign(length, false);
+  device.gid_create_ah_errno.assign(length, 0);
   for (size_t i = 0; i < length; ++i) {
     device.gid_table[i].gid_index = static_cast<uint32_t>(i);
     device.gid_table[i].port_num = 1;
@@ -43,17 +46,70 @@ void FillGidTable(Device& device) {
         static_cast<uint8_t>(device.node_guid >> (56 - 8 * i));
   }
   if (!device.is_ethernet()) {
+    if (!device.profile.gid_layout.empty()) {
+      return absl::InvalidArgumentError(
+          "DeviceProfile::gid_layout is for Ethernet (RoCE) ports only");
+    }
     fill(0, link_local, IBV_GID_TYPE_IB);
-    return;
+    return absl::OkStatus();
   }
-  fill(0, link_local, device.profile.link_local_gid_type);
   ibv_gid mapped{};
   mapped.raw[10] = 0xff;
   mapped.raw[11] = 0xff;
   for (int i = 0; i < 4; ++i) {
     mapped.raw[12 + i] = static_cast<uint8_t>(device.ipv4 >> (24 - 8 * i));
   }
-  fill(1, mapped, IBV_GID_TYPE_ROCE_V2);
+  if (device.profile.gid_layout.empty()) {
+    fill(0, link_local, device.profile.link_local_gid_type);
+    fill(1, mapped, IBV_GID_TYPE_ROCE_V2);
+    return absl::OkStatus();
+  }
+  for (const GidSlot& slot : device.profile.gid_layout) {
+    const std::string what =
+        absl::StrCat("gid_layout slot ", slot.index, " (\"", slot.gid, "\")");
+    if (slot.index >= length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": beyond gid_table_length ", length));
+    }
+    if (device.gid_valid[slot.index]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": index given twice"));
+    }
+    ibv_gid gid{};
+    if (slot.gid == kDeviceIpv4Gid) {
+      gid = mapped;
+    } else if (slot.gid == kLinkLocalGid) {
+      gid = link_local;
+    } else if (inet_pton(AF_INET6, slot.gid.c_str(), gid.raw) != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": not an IPv6 address, \"", kDeviceIpv4Gid,
+                       "\" or \"", kLinkLocalGid, "\""));
+    }
+    static constexpr uint8_t kZero[16] = {};
+    if (std::memcmp(gid.raw, kZero, sizeof(kZero)) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": the all-zero GID marks an empty slot"));
+    }
+    for (size_t i = 0; i < length; ++i) {
+      if (device.gid_valid[i] &&
+          std::memcmp(device.gid_table[i].gid.raw, gid.raw, 16) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": the same GID as index ", i));
+      }
+    }
+    for (const auto& other : core.devices) {
+      for (size_t i = 0; i < other->gid_table.size(); ++i) {
+        if (other->gid_valid[i] &&
+            std::memcmp(other->gid_table[i].gid.raw, gid.raw, 16) == 0) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              what, ": device ", other->name, " holds it at index ", i));
+        }
+      }
+    }
+    fill(slot.index, gid, slot.type);
+    device.gid_create_ah_errno[slot.index] = slot.create_ah_errno;
+  }
+  return absl::OkStatus();
 }
 
 void FillVerbsDevice(Device& device) {
@@ -143,7 +199,9 @@ absl::StatusOr<std::string> Fabric::AddDevice(const DeviceProfile& profile,
   }
   device->lid = static_cast<uint16_t>(device->index + 1);
   device->node_guid = 0x005349fffe4d0000ull | (device->index & 0xffff);
-  FillGidTable(*device);
+  if (absl::Status status = FillGidTable(*device, *core_); !status.ok()) {
+    return status;
+  }
   FillVerbsDevice(*device);
   std::string result = device->name;
   core_->devices.push_back(std::move(device));

@@ -41,6 +41,7 @@ using internal::Device;
 using internal::FabricCore;
 using internal::PendingAsyncEvent;
 using internal::RawEnum;
+using internal::SimAh;
 using internal::SimChannel;
 using internal::SimContext;
 using internal::SimCq;
@@ -382,11 +383,12 @@ absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
   std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim = core.FindPd(pd);
   if (sim == nullptr) return UnknownHandle("ibv_dealloc_pd", "PD");
-  if (sim->live_mrs + sim->live_qps + sim->live_mws > 0) {
+  if (sim->live_mrs + sim->live_qps + sim->live_mws + sim->live_ahs > 0) {
     return VerbsError(
         "ibv_dealloc_pd", EBUSY,
-        absl::StrCat(sim->live_mrs, " MRs, ", sim->live_mws, " MWs and ",
-                     sim->live_qps, " QPs still use it"));
+        absl::StrCat(sim->live_mrs, " MRs, ", sim->live_mws, " MWs, ",
+                     sim->live_qps, " QPs and ", sim->live_ahs,
+                     " AHs still use it"));
   }
   --sim->context->live_pds;
   --sim->context->device->live_pds;
@@ -957,6 +959,81 @@ absl::StatusOr<int> SimVerbs::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
 }
 
 // --- Asynchronous events ---
+
+absl::StatusOr<ibv_ah*> SimVerbs::CreateAh(ibv_pd* pd, ibv_ah_attr* attr) {
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimPd* sim_pd = core.FindPd(pd);
+  if (sim_pd == nullptr) return UnknownHandle("ibv_create_ah", "PD");
+  const Device& device = *sim_pd->context->device;
+  if (!device.profile.supports_address_handles) {
+    return VerbsError(
+        "ibv_create_ah", EOPNOTSUPP,
+        absl::StrCat(device.profile.model, " has no address handles"));
+  }
+  if (attr == nullptr || attr->port_num != 1) {
+    return VerbsError("ibv_create_ah", EINVAL,
+                      "port_num must be 1 (the device has port 1 only)");
+  }
+  if (device.is_ethernet() && !attr->is_global) {
+    return VerbsError("ibv_create_ah", EINVAL,
+                      "RoCE needs a GRH: is_global must be 1");
+  }
+  if (attr->is_global) {
+    const uint8_t index = attr->grh.sgid_index;
+    if (index >= device.gid_table.size() || !device.gid_valid[index]) {
+      return VerbsError("ibv_create_ah", EINVAL,
+                        absl::StrCat("grh.sgid_index ", index,
+                                     " is not a valid GID of ", device.name));
+    }
+    if (int error = device.gid_create_ah_errno[index]; error != 0) {
+      return VerbsError("ibv_create_ah", error,
+                        absl::StrCat("no route from GID ", index, " of ",
+                                     device.name, " (DeviceProfile)"));
+    }
+  }
+  auto ah = std::make_unique<SimAh>();
+  ah->id = core.next_object_id++;
+  ah->pd = sim_pd;
+  ah->attr = *attr;
+  ah->verbs.context = pd->context;
+  ah->verbs.pd = pd;
+  ah->verbs.handle = ah->id;
+  ++sim_pd->live_ahs;
+  ibv_ah* handle = &ah->verbs;
+  core.ahs.emplace(handle, std::move(ah));
+  return handle;
+}
+
+absl::Status SimVerbs::DestroyAh(ibv_ah* ah) {
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimAh* sim = core.FindAh(ah);
+  if (sim == nullptr) return UnknownHandle("ibv_destroy_ah", "AH");
+  --sim->pd->live_ahs;
+  core.ahs.erase(ah);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Verbs::TrafficClassFile> SimVerbs::ReadTrafficClassFile(
+    ibv_context* context, uint8_t port) {
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimContext* sim = core.FindContext(context);
+  if (sim == nullptr) return UnknownHandle("read traffic_class", "context");
+  const DeviceProfile& profile = sim->device->profile;
+  TrafficClassFile file;
+  file.path = absl::StrCat("/sys/class/infiniband/", sim->device->name, "/tc/",
+                           port, "/traffic_class");
+  if (port != 1) return file;  // one port: no such directory
+  if (profile.traffic_class_override.has_value()) {
+    file.contents = absl::StrCat(
+        "Global tclass=", int{*profile.traffic_class_override}, "\n");
+  } else if (profile.has_traffic_class_file) {
+    file.contents = "";
+  }
+  return file;
+}
 
 absl::Status SimVerbs::GetAsyncEvent(ibv_context* context,
                                      ibv_async_event* event) {

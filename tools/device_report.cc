@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "transport/context.h"
@@ -68,6 +69,30 @@ absl::Status WriteInlineLine(Verbs& verbs, const Context& context,
   return cq_destroyed;
 }
 
+// "none (... absent)", "none (... is empty)", or the override and what it
+// replaces.
+std::string HostTrafficClassLine(Verbs& verbs, const Context& context,
+                                 const TransportConfig& config) {
+  const std::optional<TrafficClassOverride>& found =
+      context.traffic_class_override();
+  if (found.has_value()) {
+    return absl::StrFormat(
+        "%d, from %s (\"%s\"): the wire carries %d, %s", found->traffic_class,
+        found->path, found->line, found->traffic_class,
+        config.traffic_class.has_value()
+            ? absl::StrFormat("not MC_IB_TC=%d", *config.traffic_class)
+            : std::string("whatever MC_IB_TC says"));
+  }
+  absl::StatusOr<Verbs::TrafficClassFile> file =
+      verbs.ReadTrafficClassFile(context.device(), context.config().port);
+  if (!file.ok()) {
+    return absl::StrCat("unknown (", file.status().message(), ")");
+  }
+  return !file->contents.has_value()
+             ? absl::StrFormat("none (no %s)", file->path)
+             : absl::StrFormat("none (%s sets no global tclass)", file->path);
+}
+
 absl::Status WriteOneDevice(Verbs& verbs, const std::string& name,
                             const TransportConfig& config, std::ostream& out) {
   absl::StatusOr<std::unique_ptr<Context>> context =
@@ -108,6 +133,11 @@ absl::Status WriteOneDevice(Verbs& verbs, const std::string& name,
     if (port == (*context)->config().port) {
       out << "    why: " << (*context)->gid().why << "\n";
     }
+  }
+  out << "  host traffic class: "
+      << HostTrafficClassLine(verbs, **context, config) << "\n";
+  for (const std::string& warning : (*context)->warnings()) {
+    out << "  warning: " << warning << "\n";
   }
   out << absl::StrFormat(
       "  traffic class: %s, service level %d, path MTU limit %d\n",

@@ -111,6 +111,28 @@ absl::StatusOr<int> Resolve(const IntSetting& setting,
   return *value;
 }
 
+constexpr char kGidSubnetVariable[] = "RDMA_TRANSPORT_GID_SUBNET";
+
+absl::StatusOr<std::optional<GidSubnet>> ResolveGidSubnet(
+    const TransportOptions& set_in_code, const EnvironmentLookup& environment) {
+  std::string source;
+  std::optional<std::string> text;
+  if (set_in_code.gid_subnet.has_value()) {
+    source = "TransportOptions.gid_subnet=";
+    text = set_in_code.gid_subnet;
+  } else {
+    source = absl::StrCat(kGidSubnetVariable, "=");
+    text = environment(kGidSubnetVariable);
+    if (!text.has_value()) return std::optional<GidSubnet>();
+  }
+  absl::StatusOr<GidSubnet> subnet = ParseGidSubnet(*text);
+  if (!subnet.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, subnet.status().message()));
+  }
+  return std::optional<GidSubnet>(*std::move(subnet));
+}
+
 }  // namespace
 
 EnvironmentLookup ProcessEnvironment() {
@@ -151,6 +173,11 @@ absl::StatusOr<TransportConfig> LoadTransportConfig(
       Resolve(kMaxInline, set_in_code, environment);
   if (!max_inline.ok()) return max_inline.status();
   if (*max_inline >= 0) config.max_inline = *max_inline;
+
+  absl::StatusOr<std::optional<GidSubnet>> gid_subnet =
+      ResolveGidSubnet(set_in_code, environment);
+  if (!gid_subnet.ok()) return gid_subnet.status();
+  config.gid_subnet = *std::move(gid_subnet);
 
   return config;
 }

@@ -16,6 +16,7 @@
 // | MC_IB_PORT    | 1..255                | 1       | device port
 // | MC_MTU        | 512, 1024, 2048, 4096 | 4096    | upper bound of the path MTU
 // | MC_MAX_INLINE | -1, 0..1024           | -1      | first inline size asked for; -1: by vendor, 0: no inline
+// | RDMA_TRANSPORT_GID_SUBNET | a.b.c.d/n, x::/n | unset | only GIDs in this range are chosen (gid_subnet.h)
 //
 // An invalid value (not an integer, trailing characters, empty, out of range)
 // fails loading with kInvalidArgument naming the variable, the value and the
@@ -36,6 +37,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "transport/gid_subnet.h"
 
 namespace rdma_transport {
 
@@ -48,6 +50,8 @@ struct TransportOptions {
   std::optional<int> port;           // MC_IB_PORT
   std::optional<int> mtu;            // MC_MTU, in bytes
   std::optional<int> max_inline;     // MC_MAX_INLINE
+  // RDMA_TRANSPORT_GID_SUBNET, same syntax ("10.1.0.0/16").
+  std::optional<std::string> gid_subnet;
 };
 
 // The resolved configuration.
@@ -58,6 +62,9 @@ struct TransportConfig {
   std::optional<uint8_t> service_level;
   // nullopt: choose automatically (see gid_selection.h).
   std::optional<uint8_t> gid_index;
+  // nullopt: every address qualifies; else only GIDs in this range are
+  // chosen, and a configured gid_index must lie in it.
+  std::optional<GidSubnet> gid_subnet;
   uint8_t port = 1;
   // Upper bound of the path MTU, in bytes: 512, 1024, 2048 or 4096. The path
   // MTU is the smallest of this, the port's active MTU and the peer's.

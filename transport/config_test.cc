@@ -36,6 +36,7 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(config->port, 1);
   EXPECT_EQ(config->mtu, 4096);
   EXPECT_EQ(config->max_inline, std::nullopt);
+  EXPECT_EQ(config->gid_subnet, std::nullopt);
 }
 
 TEST(ConfigTest, ReadsEveryVariable) {
@@ -181,6 +182,79 @@ TEST(ConfigTest, ReadsTheProcessEnvironment) {
   config = LoadTransportConfig();
   ASSERT_EQ(unsetenv("MC_IB_TC"), 0);
   EXPECT_FALSE(config.ok());
+}
+
+TEST(ConfigTest, ReadsTheGidSubnet) {
+  absl::StatusOr<TransportConfig> config =
+      LoadWith("RDMA_TRANSPORT_GID_SUBNET", "10.1.0.0/16");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->gid_subnet.has_value());
+  EXPECT_TRUE(config->gid_subnet->ipv4);
+  EXPECT_EQ(config->gid_subnet->prefix_bits, 96 + 16);
+  EXPECT_EQ(config->gid_subnet->text, "10.1.0.0/16");
+
+  config = LoadWith("RDMA_TRANSPORT_GID_SUBNET", "2001:db8::/32");
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->gid_subnet.has_value());
+  EXPECT_FALSE(config->gid_subnet->ipv4);
+  EXPECT_EQ(config->gid_subnet->prefix_bits, 32);
+}
+
+struct InvalidSubnet {
+  const char* value;
+  const char* expected;  // what the message must say was wrong
+};
+
+class InvalidSubnetTest : public ::testing::TestWithParam<InvalidSubnet> {};
+
+TEST_P(InvalidSubnetTest, FailsNamingVariableValueAndWhatIsWrong) {
+  const InvalidSubnet& param = GetParam();
+  absl::StatusOr<TransportConfig> config =
+      LoadWith("RDMA_TRANSPORT_GID_SUBNET", param.value);
+  ASSERT_FALSE(config.ok()) << param.value;
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(),
+              AllOf(HasSubstr(std::string("RDMA_TRANSPORT_GID_SUBNET=\"") +
+                              param.value + "\" is invalid"),
+                    HasSubstr(param.expected), HasSubstr("10.1.0.0/16")));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Malformed, InvalidSubnetTest,
+    ::testing::Values(
+        InvalidSubnet{"", "set but empty"},
+        InvalidSubnet{"10.1.0.0", "no \"/<prefix length>\""},
+        InvalidSubnet{"10.1.0/16", "\"10.1.0\" is not an IPv4 address"},
+        InvalidSubnet{"10.1.0.256/24", "is not an IPv4 address"},
+        InvalidSubnet{" 10.1.0.0/16", "is not an IPv4 address"},
+        InvalidSubnet{"10.1.0.0/33",
+                      "prefix length \"33\" is not an integer "
+                      "0..32"},
+        InvalidSubnet{"10.1.0.0/", "prefix length \"\""},
+        InvalidSubnet{"10.1.0.0/16 ", "prefix length \"16 \""},
+        InvalidSubnet{"10.1.0.0/+16", "prefix length \"+16\""},
+        InvalidSubnet{"10.1.0.0/016", "prefix length \"016\""},
+        InvalidSubnet{"10.1.0.0/-1", "prefix length \"-1\""},
+        InvalidSubnet{"10.1.0.0/16/8", "prefix length \"16/8\""},
+        InvalidSubnet{"10.1.2.0/16", "did you mean 10.1.0.0/16?"},
+        InvalidSubnet{"2001:db8::1/32", "did you mean 2001:db8::/32?"},
+        InvalidSubnet{"2001:db8::/129", "is not an integer 0..128"},
+        InvalidSubnet{"2001:db8:::/32", "is not an IPv6 address"},
+        InvalidSubnet{"fe80::1%eth0/64", "is not an IPv6 address"}));
+
+TEST(ConfigTest, GidSubnetSetInCodeWinsAndNamesTheField) {
+  TransportOptions options;
+  options.gid_subnet = "10.2.0.0/16";
+  absl::StatusOr<TransportConfig> config = LoadTransportConfig(
+      options, FakeEnvironment({{"RDMA_TRANSPORT_GID_SUBNET", "bogus"}}));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->gid_subnet->text, "10.2.0.0/16");
+
+  options.gid_subnet = "10.2.0.0";
+  config = LoadTransportConfig(options, FakeEnvironment({}));
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("TransportOptions.gid_subnet=\"10.2.0.0\""));
 }
 
 }  // namespace

@@ -40,9 +40,16 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Open(
                        absl::StrCat("querying ", name, " port ", config.port));
   }
 
+  // The PD first: the GID choice probes candidates with an address handle.
+  absl::StatusOr<ibv_pd*> pd = verbs.AllocPd(context->device_);
+  if (!pd.ok()) {
+    return WithContext(pd.status(), absl::StrCat("on ", name));
+  }
+  context->pd_ = *pd;
+
   absl::StatusOr<SelectedGid> gid =
       SelectGid(verbs, context->device_, name, config.port, context->port_attr_,
-                config.gid_index);
+                context->MakeGidRequest());
   if (!gid.ok()) return gid.status();
   context->gid_ = *gid;
 
@@ -50,11 +57,21 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Open(
   context->mtu_ =
       active_mtu > 0 ? std::min(config.mtu, active_mtu) : config.mtu;
 
-  absl::StatusOr<ibv_pd*> pd = verbs.AllocPd(context->device_);
-  if (!pd.ok()) {
-    return WithContext(pd.status(), absl::StrCat("on ", name));
+  absl::StatusOr<std::optional<TrafficClassOverride>> tc_override =
+      ReadTrafficClassOverride(verbs, context->device_, config.port);
+  if (!tc_override.ok()) {
+    context->Warn(absl::StrCat(
+        name, " port ", config.port,
+        ": cannot tell whether the host overrides the traffic class: ",
+        tc_override.status().message()));
+  } else {
+    context->traffic_class_override_ = *std::move(tc_override);
+    if (std::optional<std::string> warning = TrafficClassOverrideWarning(
+            name, config.port, context->traffic_class_override_,
+            config.traffic_class)) {
+      context->Warn(*std::move(warning));
+    }
   }
-  context->pd_ = *pd;
   // Async events are read without blocking, from whichever thread waits.
   if (int fd = context->device_->async_fd; fd >= 0) {
     const int flags = fcntl(fd, F_GETFL);
@@ -63,6 +80,19 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Open(
     }
   }
   return context;
+}
+
+void Context::Warn(std::string text) {
+  std::fprintf(stderr, "rdma_transport: warning: %s\n", text.c_str());
+  warnings_.push_back(std::move(text));
+}
+
+GidRequest Context::MakeGidRequest() const {
+  GidRequest request;
+  request.index = config_.gid_index;
+  request.subnet = config_.gid_subnet;
+  request.pd = pd_;
+  return request;
 }
 
 SelectedGid Context::gid() const {
@@ -166,7 +196,7 @@ void Context::DispatchAsyncEvent(ibv_event_type type, uint32_t qp_num,
   if (reselect_gid) {
     absl::StatusOr<SelectedGid> gid =
         SelectGid(verbs_, device_, device_name_, config_.port, port_attr_,
-                  config_.gid_index);
+                  MakeGidRequest());
     if (gid.ok()) {
       std::lock_guard<std::mutex> lock(gid_mu_);
       gid_ = *gid;
@@ -261,7 +291,12 @@ QpEndpoint Context::Endpoint(const ibv_qp* qp, uint32_t psn) const {
 
 absl::Status Context::ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
                                   const QpEndpoint& remote) const {
-  return BringUpRcQp(verbs_, qp, Route(local_psn), remote, config_);
+  absl::Status status =
+      BringUpRcQp(verbs_, qp, Route(local_psn), remote, config_);
+  if (status.ok() && traffic_class_override_.has_value()) {
+    qps_under_override_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return status;
 }
 
 absl::Status Context::ConnectRcQp(ibv_qp* qp, uint32_t local_psn,

@@ -30,6 +30,16 @@
 //   anything else                                      counted only
 // with kUnavailable naming the event; async_events() counts them all.
 //
+// Operator facts at start-up. Open() reads the port's host traffic-class
+// override (traffic_class_override.h): when the driver will replace a
+// configured MC_IB_TC with another value, it prints a warning to stderr
+// ("rdma_transport: warning: mlx5_0 port 1: /sys/class/infiniband/mlx5_0/
+// tc/1/traffic_class holds \"Global tclass=106\": ... overriding
+// MC_IB_TC=136 ...") and keeps it in warnings(); a file it cannot read or
+// parse is a warning too, never a failure. QPs connected while an override
+// is in effect are counted (qps_under_traffic_class_override()). The GID
+// choice and why are in gid() (gid_selection.h).
+//
 // Thread-safety: safe for concurrent use after Open(); the accessors return
 // immutable data (gid() a copy, as a GID change may replace it), CreateRcQp
 // and PollAsyncEvents may run on several threads at once.
@@ -41,8 +51,10 @@
 #ifndef RDMA_TRANSPORT_TRANSPORT_CONTEXT_H_
 #define RDMA_TRANSPORT_TRANSPORT_CONTEXT_H_
 
+#include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +65,7 @@
 #include "transport/inline_size.h"
 #include "transport/memory_region.h"
 #include "transport/qp_bringup.h"
+#include "transport/traffic_class_override.h"
 #include "verbs_shim/verbs.h"
 
 namespace rdma_transport {
@@ -113,6 +126,17 @@ class Context {
   // and the port's active MTU.
   int mtu() const { return mtu_; }
   InlineSizeCache& inline_cache() const { return inline_cache_; }
+  // The port's host traffic-class override, if the driver has one set.
+  const std::optional<TrafficClassOverride>& traffic_class_override() const {
+    return traffic_class_override_;
+  }
+  // What Open() warned about (each also printed to stderr), in order.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // RC QPs ConnectRcQp brought to RTR while traffic_class_override() was
+  // set: their packets carry the override, not config().traffic_class.
+  uint64_t qps_under_traffic_class_override() const {
+    return qps_under_override_.load(std::memory_order_relaxed);
+  }
 
   // Registers `memory` with the least privilege `access` (a MemoryAccess
   // mask). kInvalidArgument for an empty span; the verbs error otherwise.
@@ -159,6 +183,9 @@ class Context {
 
   void DispatchAsyncEvent(ibv_event_type type, uint32_t qp_num,
                           const ibv_cq* cq) const;
+  // Prints "rdma_transport: warning: <text>" and keeps it in warnings_.
+  void Warn(std::string text);
+  GidRequest MakeGidRequest() const;
 
   Verbs& verbs_;
   const std::string device_name_;
@@ -181,6 +208,9 @@ class Context {
   mutable AsyncEventCounts events_;
   int mtu_ = 0;
   mutable InlineSizeCache inline_cache_;
+  std::optional<TrafficClassOverride> traffic_class_override_;
+  std::vector<std::string> warnings_;
+  mutable std::atomic<uint64_t> qps_under_override_{0};
 };
 
 }  // namespace rdma_transport

@@ -116,9 +116,10 @@ TEST_F(ContextTest, AutoGidFallsBackToAGlobalIpv6RoceV2Entry) {
   absl::StatusOr<std::unique_ptr<Context>> context = Open();
   ASSERT_TRUE(context.ok()) << context.status();
   EXPECT_EQ((*context)->gid().index, 2u);
-  EXPECT_THAT((*context)->gid().why,
-              HasSubstr("GID 2 chosen: the first RoCE v2 global IPv6 (no RoCE "
-                        "v2 IPv4 entry)"));
+  EXPECT_THAT(
+      (*context)->gid().why,
+      HasSubstr("GID 2 chosen: the first RoCE v2 global IPv6 (no usable "
+                "RoCE v2 IPv4 entry)"));
 }
 
 TEST_F(ContextTest, AutoGidSkipsOtherPortsZeroAndLinkLocal) {
@@ -299,6 +300,151 @@ TEST_F(ContextTest, EndpointAndRouteDescribeThisSide) {
   EXPECT_TRUE(route.use_global_route);
   EXPECT_EQ(route.sgid_index, 3u);
   EXPECT_EQ(route.max_rd_atomic, 16);
+}
+
+// The address-handle probe: from the GID to itself, on the Context's PD.
+TEST_F(ContextTest, AutoGidSkipsAnEntryThatCannotFormAnAddressHandle) {
+  EXPECT_CALL(verbs_, CreateAh(&pd_, _))
+      .WillRepeatedly(
+          [](ibv_pd*, ibv_ah_attr* attr) -> absl::StatusOr<ibv_ah*> {
+            EXPECT_EQ(attr->port_num, 1);
+            EXPECT_EQ(attr->is_global, 1);
+            if (attr->grh.sgid_index == 3) {
+              EXPECT_EQ(FormatGid(attr->grh.dgid), "::ffff:10.0.0.7");
+              return VerbsError("ibv_create_ah", ENETUNREACH);
+            }
+            static ibv_ah ah = {};
+            return &ah;
+          });
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 4u);
+  EXPECT_THAT((*context)->gid().why,
+              HasSubstr("3=::ffff:10.0.0.7 (RoCE v2): skipped, cannot form an "
+                        "address handle: ibv_create_ah"));
+}
+
+TEST_F(ContextTest, EveryCandidateFailingTheProbeIsNotFound) {
+  EXPECT_CALL(verbs_, CreateAh(&pd_, _))
+      .WillRepeatedly(Return(VerbsError("ibv_create_ah", EHOSTUNREACH)));
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_FALSE(context.ok());
+  EXPECT_EQ(context.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(context.status().message(),
+              HasSubstr("2=2001:db8::7 (RoCE v2): skipped, cannot form an "
+                        "address handle"));
+}
+
+TEST_F(ContextTest, ProviderWithoutAddressHandlesIsNotProbed) {
+  EXPECT_CALL(verbs_, CreateAh(&pd_, _))
+      .WillOnce(Return(VerbsError("ibv_create_ah", EOPNOTSUPP)));
+  EXPECT_CALL(verbs_, DestroyAh).Times(0);
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 3u);
+  EXPECT_THAT((*context)->gid().why,
+              HasSubstr("address handle not probed: the provider has none"));
+}
+
+TEST_F(ContextTest, ProbedAddressHandleIsDestroyed) {
+  ibv_ah ah = {};
+  EXPECT_CALL(verbs_, CreateAh(&pd_, _)).WillOnce(Return(&ah));
+  EXPECT_CALL(verbs_, DestroyAh(&ah)).WillOnce(Return(absl::OkStatus()));
+  ASSERT_TRUE(Open().ok());
+}
+
+TEST_F(ContextTest, GidSubnetFiltersAndExplains) {
+  TransportConfig config;
+  config.gid_subnet = *ParseGidSubnet("10.0.0.8/32");
+  absl::StatusOr<std::unique_ptr<Context>> context = Open(config);
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 4u);
+  EXPECT_THAT((*context)->gid().why,
+              HasSubstr("3=::ffff:10.0.0.7 (RoCE v2): skipped, outside "
+                        "RDMA_TRANSPORT_GID_SUBNET=10.0.0.8/32"));
+  // An IPv6 range leaves only the IPv6 entry.
+  config.gid_subnet = *ParseGidSubnet("2001:db8::/32");
+  context = Open(config);
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_EQ((*context)->gid().index, 2u);
+}
+
+TEST_F(ContextTest, ConfiguredGidIndexOutsideTheSubnetIsRefused) {
+  ON_CALL(verbs_, QueryGid(&device_, 1, 3, _))
+      .WillByDefault(
+          DoAll(SetArgPointee<3>(gids_[3]), Return(absl::OkStatus())));
+  TransportConfig config;
+  config.gid_index = 3;
+  config.gid_subnet = *ParseGidSubnet("10.9.0.0/16");
+  absl::StatusOr<std::unique_ptr<Context>> context = Open(config);
+  ASSERT_FALSE(context.ok());
+  EXPECT_EQ(context.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(context.status().message(),
+              HasSubstr("MC_GID_INDEX=3 is 3=::ffff:10.0.0.7 (RoCE v2) on "
+                        "mlx5_0 port 1, outside "
+                        "RDMA_TRANSPORT_GID_SUBNET=10.9.0.0/16"));
+}
+
+Verbs::TrafficClassFile TcFile(std::optional<std::string> contents) {
+  return {"/sys/class/infiniband/mlx5_0/tc/1/traffic_class",
+          std::move(contents)};
+}
+
+TEST_F(ContextTest, HostTrafficClassOverrideIsReadAndWarnedAbout) {
+  EXPECT_CALL(verbs_, ReadTrafficClassFile(&device_, 1))
+      .WillOnce(Return(TcFile("Global tclass=106\n")));
+  TransportConfig config;
+  config.traffic_class = 136;
+  absl::StatusOr<std::unique_ptr<Context>> context = Open(config);
+  ASSERT_TRUE(context.ok()) << context.status();
+  ASSERT_TRUE((*context)->traffic_class_override().has_value());
+  EXPECT_EQ((*context)->traffic_class_override()->traffic_class, 106);
+  ASSERT_EQ((*context)->warnings().size(), 1u);
+  EXPECT_THAT((*context)->warnings()[0],
+              HasSubstr("mlx5_0 port 1: /sys/class/infiniband/mlx5_0/tc/1/"
+                        "traffic_class holds \"Global tclass=106\""));
+  EXPECT_THAT((*context)->warnings()[0], HasSubstr("overriding MC_IB_TC=136"));
+}
+
+TEST_F(ContextTest, OverrideAgreeingWithMcIbTcOrUnsetIsNotWarned) {
+  EXPECT_CALL(verbs_, ReadTrafficClassFile(&device_, 1))
+      .WillRepeatedly(Return(TcFile("Global tclass=106\n")));
+  TransportConfig config;
+  config.traffic_class = 106;
+  absl::StatusOr<std::unique_ptr<Context>> context = Open(config);
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_TRUE((*context)->warnings().empty());
+  context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  EXPECT_TRUE((*context)->warnings().empty());
+  EXPECT_EQ((*context)->traffic_class_override()->traffic_class, 106);
+}
+
+TEST_F(ContextTest, EmptyOrAbsentTrafficClassFileIsNoOverride) {
+  for (std::optional<std::string> contents :
+       {std::optional<std::string>(""), std::optional<std::string>()}) {
+    EXPECT_CALL(verbs_, ReadTrafficClassFile(&device_, 1))
+        .WillOnce(Return(TcFile(contents)));
+    TransportConfig config;
+    config.traffic_class = 136;
+    absl::StatusOr<std::unique_ptr<Context>> context = Open(config);
+    ASSERT_TRUE(context.ok()) << context.status();
+    EXPECT_FALSE((*context)->traffic_class_override().has_value());
+    EXPECT_TRUE((*context)->warnings().empty());
+  }
+}
+
+TEST_F(ContextTest, UnreadableTrafficClassFileIsAWarningNotAFailure) {
+  EXPECT_CALL(verbs_, ReadTrafficClassFile(&device_, 1))
+      .WillOnce(Return(VerbsError(
+          "open", EACCES, "/sys/class/infiniband/mlx5_0/tc/1/traffic_class")));
+  absl::StatusOr<std::unique_ptr<Context>> context = Open();
+  ASSERT_TRUE(context.ok()) << context.status();
+  ASSERT_EQ((*context)->warnings().size(), 1u);
+  EXPECT_THAT((*context)->warnings()[0],
+              HasSubstr("cannot tell whether the host overrides the traffic "
+                        "class"));
+  EXPECT_THAT((*context)->warnings()[0], HasSubstr("Permission denied"));
 }
 
 }  // namespace

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "transport/address_handle_probe.h"
 #include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
@@ -86,28 +89,76 @@ absl::StatusOr<std::vector<ibv_gid_entry>> ReadGidTable(
   return entries;
 }
 
+namespace {
+
+constexpr char kSubnetVariable[] = "RDMA_TRANSPORT_GID_SUBNET";
+
+std::string EntryName(const ibv_gid_entry& entry) {
+  return absl::StrCat(entry.gid_index, "=", FormatGid(entry.gid), " (",
+                      GidTypeName(static_cast<ibv_gid_type>(entry.gid_type)),
+                      ")");
+}
+
+// The probe's verdict on one GID: nullopt when it can be used (`note` then
+// says when that could not be checked), else why not.
+std::optional<std::string> ProbeVerdict(Verbs& verbs, const GidRequest& request,
+                                        uint8_t port,
+                                        const ibv_gid_entry& entry,
+                                        std::string* note) {
+  if (request.pd == nullptr) {
+    *note = "; address handle not probed";
+    return std::nullopt;
+  }
+  absl::Status probe =
+      ProbeAddressHandle(verbs, request.pd, port, entry.gid_index, entry.gid);
+  if (probe.ok()) return std::nullopt;
+  if (AddressHandlesUnsupported(probe)) {
+    *note = absl::StrCat("; address handle not probed: the provider has none (",
+                         probe.message(), ")");
+    return std::nullopt;
+  }
+  return absl::StrCat("cannot form an address handle: ", probe.message());
+}
+
+}  // namespace
+
 absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
                                       std::string_view device_name,
                                       uint8_t port,
                                       const ibv_port_attr& port_attr,
-                                      std::optional<uint8_t> configured_index) {
+                                      const GidRequest& request) {
   const std::string where =
       absl::StrCat(std::string(device_name), " port ", port);
-  if (configured_index.has_value()) {
+  const std::optional<GidSubnet>& subnet = request.subnet;
+  const std::string subnet_text =
+      subnet.has_value() ? absl::StrCat(kSubnetVariable, "=", subnet->text)
+                         : "";
+  if (request.index.has_value()) {
+    const uint8_t index = *request.index;
     ibv_gid_entry entry = {};
-    absl::Status status =
-        verbs.QueryGid(context, port, *configured_index, &entry);
+    absl::Status status = verbs.QueryGid(context, port, index, &entry);
     if (!status.ok()) {
-      return WithContext(status,
-                         absl::StrCat("MC_GID_INDEX=", *configured_index,
-                                      " cannot be used on ", where));
+      return WithContext(status, absl::StrCat("MC_GID_INDEX=", index,
+                                              " cannot be used on ", where));
+    }
+    if (subnet.has_value() && !subnet->Contains(entry.gid.raw)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("MC_GID_INDEX=", index, " is ", EntryName(entry), " on ",
+                       where, ", outside ", subnet_text));
+    }
+    std::string note;
+    if (std::optional<std::string> refused =
+            ProbeVerdict(verbs, request, port, entry, &note)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("MC_GID_INDEX=", index, " (", EntryName(entry), ") on ",
+                       where, " ", *refused));
     }
     SelectedGid selected;
-    selected.index = *configured_index;
+    selected.index = index;
     selected.gid = entry.gid;
     selected.gid_type = static_cast<ibv_gid_type>(entry.gid_type);
-    selected.why = absl::StrCat("GID ", *configured_index,
-                                " chosen by MC_GID_INDEX on ", where);
+    selected.why =
+        absl::StrCat("GID ", index, " chosen by MC_GID_INDEX on ", where, note);
     return selected;
   }
 
@@ -115,6 +166,11 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
     ibv_gid_entry entry = {};
     absl::Status status = verbs.QueryGid(context, port, 0, &entry);
     if (!status.ok()) return status;
+    if (subnet.has_value() && !subnet->Contains(entry.gid.raw)) {
+      return absl::NotFoundError(absl::StrCat("the port GID of InfiniBand ",
+                                              where, ", ", EntryName(entry),
+                                              ", is outside ", subnet_text));
+    }
     SelectedGid selected;
     selected.gid = entry.gid;
     selected.gid_type = static_cast<ibv_gid_type>(entry.gid_type);
@@ -128,50 +184,75 @@ absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
   if (!entries.ok()) return entries.status();
 
   // Rank 0: RoCE v2 with an IPv4-mapped address; rank 1: RoCE v2 with a
-  // global IPv6 address; the rest is skipped. Lowest rank, then lowest index.
-  const ibv_gid_entry* best = nullptr;
-  int best_rank = 2;
+  // global IPv6 address; the rest is skipped. Lowest rank, then lowest
+  // index, among those that form an address handle.
+  struct Candidate {
+    const ibv_gid_entry* entry;
+    int rank;          // 0, 1; 2: skipped
+    std::string fate;  // for `why`
+  };
+  std::vector<Candidate> candidates;
   std::string seen;
-  std::string candidates;
   for (const ibv_gid_entry& entry : *entries) {
-    const std::string name = absl::StrCat(
-        entry.gid_index, "=", FormatGid(entry.gid), " (",
-        GidTypeName(static_cast<ibv_gid_type>(entry.gid_type)), ")");
-    absl::StrAppend(&seen, seen.empty() ? "" : ", ", name);
-    const char* skipped = nullptr;
-    int rank = 2;
+    absl::StrAppend(&seen, seen.empty() ? "" : ", ", EntryName(entry));
+    Candidate candidate{&entry, 2, ""};
     if (entry.gid_type != IBV_GID_TYPE_ROCE_V2) {
-      skipped = "not RoCE v2, not routable across L3";
+      candidate.fate = "skipped, not RoCE v2, not routable across L3";
     } else if (IsZeroGid(entry.gid)) {
-      skipped = "empty";
+      candidate.fate = "skipped, empty";
     } else if (IsLinkLocalGid(entry.gid)) {
-      skipped = "link-local";
+      candidate.fate = "skipped, link-local";
+    } else if (subnet.has_value() && !subnet->Contains(entry.gid.raw)) {
+      candidate.fate = absl::StrCat("skipped, outside ", subnet_text);
     } else {
-      rank = IsIpv4MappedGid(entry.gid) ? 0 : 1;
+      candidate.rank = IsIpv4MappedGid(entry.gid) ? 0 : 1;
+      candidate.fate =
+          candidate.rank == 0 ? "IPv4" : "IPv6 global, ranked below IPv4";
     }
-    absl::StrAppend(&candidates, "; ", name, ": ",
-                    skipped != nullptr ? absl::StrCat("skipped, ", skipped)
-                    : rank == 0        ? "IPv4"
-                                       : "IPv6 global, ranked below IPv4");
-    if (skipped == nullptr && rank < best_rank) {
-      best = &entry;
-      best_rank = rank;
+    candidates.push_back(std::move(candidate));
+  }
+  Candidate* best = nullptr;
+  std::string note;
+  for (int rank = 0; rank < 2 && best == nullptr; ++rank) {
+    for (Candidate& candidate : candidates) {
+      if (candidate.rank != rank) continue;
+      if (std::optional<std::string> refused =
+              ProbeVerdict(verbs, request, port, *candidate.entry, &note)) {
+        candidate.fate = absl::StrCat("skipped, ", *refused);
+        candidate.rank = 2;
+        continue;
+      }
+      best = &candidate;
+      break;
     }
+  }
+  std::string fates;
+  for (const Candidate& candidate : candidates) {
+    absl::StrAppend(&fates, "; ", EntryName(*candidate.entry), ": ",
+                    candidate.fate);
   }
   if (best == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("no RoCE v2 GID with an IPv4 or global IPv6 address on ",
-                     where, " (GID table: ", seen.empty() ? "empty" : seen,
-                     "); give the netdev an address or set MC_GID_INDEX"));
+    return absl::NotFoundError(absl::StrCat(
+        "no usable RoCE v2 GID with an IPv4 or global IPv6 address",
+        subnet.has_value() ? absl::StrCat(" in ", subnet_text) : "", " on ",
+        where, " (GID table: ", seen.empty() ? "empty" : seen, fates,
+        "); give the netdev an address",
+        subnet.has_value() ? absl::StrCat(", widen ", kSubnetVariable) : "",
+        " or set MC_GID_INDEX"));
   }
+  const ibv_gid_entry& chosen = *best->entry;
   SelectedGid selected;
-  selected.index = best->gid_index;
-  selected.gid = best->gid;
-  selected.gid_type = static_cast<ibv_gid_type>(best->gid_type);
+  selected.index = chosen.gid_index;
+  selected.gid = chosen.gid;
+  selected.gid_type = static_cast<ibv_gid_type>(chosen.gid_type);
   selected.why = absl::StrCat(
-      "GID ", best->gid_index, " chosen: the first RoCE v2 ",
-      best_rank == 0 ? "IPv4" : "global IPv6 (no RoCE v2 IPv4 entry)",
-      " entry of ", where, candidates);
+      "GID ", chosen.gid_index, " chosen: the first RoCE v2 ",
+      best->rank == 0 ? "IPv4" : "global IPv6 (no usable RoCE v2 IPv4 entry)",
+      " entry", subnet.has_value() ? absl::StrCat(" in ", subnet_text) : "",
+      " of ", where,
+      request.pd != nullptr && note.empty() ? " that forms an address handle"
+                                            : "",
+      note, fates);
   return selected;
 }
 

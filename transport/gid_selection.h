@@ -11,9 +11,26 @@
 // DSCP/ToS marking applies to. On an InfiniBand port, index 0 (the port
 // GID). SelectedGid::why says which was taken and why each other was not.
 //
+// Two more checks narrow the automatic choice:
+//   - RDMA_TRANSPORT_GID_SUBNET (GidRequest::subnet): entries outside the
+//     range are skipped ("outside RDMA_TRANSPORT_GID_SUBNET=10.1.0.0/16").
+//   - With a PD (GidRequest::pd), each candidate, best first, must form an
+//     address handle to itself (address_handle_probe.h); one that cannot is
+//     skipped with the errno, and the next is tried. A provider without
+//     address handles (EOPNOTSUPP: erdma) cannot be asked; the candidate is
+//     taken and `why` says it was not checked.
+// A configured index (MC_GID_INDEX) is probed too, and must lie in the
+// subnet when one is given: either failing is an error, not a fallback.
+//
+//   GidRequest request{.index = config.gid_index, .subnet = config.gid_subnet,
+//                      .pd = pd};
+//   absl::StatusOr<SelectedGid> gid =
+//       SelectGid(verbs, context, "mlx5_0", 1, port_attr, request);
+//
 // Stateless functions, safe for concurrent use. Errors: kNotFound when no
-// entry qualifies (the message lists what the table holds), or the verbs
-// error of the query.
+// entry qualifies (the message lists what the table holds and why each was
+// refused); kFailedPrecondition when the configured index is outside the
+// subnet or cannot form an address handle; or the verbs error of a query.
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_GID_SELECTION_H_
 #define RDMA_TRANSPORT_TRANSPORT_GID_SELECTION_H_
@@ -25,6 +42,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "transport/gid_subnet.h"
 #include "verbs_shim/verbs.h"
 
 namespace rdma_transport {
@@ -47,11 +65,20 @@ absl::StatusOr<std::vector<ibv_gid_entry>> ReadGidTable(
     Verbs& verbs, ibv_context* context, uint8_t port,
     const ibv_port_attr& port_attr);
 
+// What the configuration asks of the choice.
+struct GidRequest {
+  std::optional<uint8_t> index;     // MC_GID_INDEX; nullopt: automatic
+  std::optional<GidSubnet> subnet;  // RDMA_TRANSPORT_GID_SUBNET
+  // For the address-handle probe; nullptr: candidates are not probed (and
+  // `why` says so).
+  ibv_pd* pd = nullptr;
+};
+
 absl::StatusOr<SelectedGid> SelectGid(Verbs& verbs, ibv_context* context,
                                       std::string_view device_name,
                                       uint8_t port,
                                       const ibv_port_attr& port_attr,
-                                      std::optional<uint8_t> configured_index);
+                                      const GidRequest& request);
 
 bool IsZeroGid(const ibv_gid& gid);
 bool IsLinkLocalGid(const ibv_gid& gid);   // fe80::/10

@@ -1,6 +1,7 @@
 #include "verbs_shim/ibverbs_backend.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -208,6 +209,40 @@ absl::StatusOr<int> IbverbsBackend::PollCq(ibv_cq* cq, int num_entries,
   // ibv_poll_cq returns a negative value on error; providers differ on
   // whether it is -errno or -1.
   return VerbsError("ibv_poll_cq", count < -1 ? -count : EIO);
+}
+
+absl::StatusOr<ibv_ah*> IbverbsBackend::CreateAh(ibv_pd* pd,
+                                                 ibv_ah_attr* attr) {
+  return FromPointer("ibv_create_ah", ibv_create_ah(pd, attr));
+}
+
+absl::Status IbverbsBackend::DestroyAh(ibv_ah* ah) {
+  return FromReturnCode("ibv_destroy_ah", ibv_destroy_ah(ah));
+}
+
+absl::StatusOr<Verbs::TrafficClassFile> IbverbsBackend::ReadTrafficClassFile(
+    ibv_context* context, uint8_t port) {
+  TrafficClassFile file;
+  file.path = absl::StrCat("/sys/class/infiniband/",
+                           ibv_get_device_name(context->device), "/tc/", port,
+                           "/traffic_class");
+  std::FILE* stream = std::fopen(file.path.c_str(), "r");
+  if (stream == nullptr) {
+    if (errno == ENOENT || errno == ENOTDIR) return file;  // no such file
+    return VerbsError("open", errno, file.path);
+  }
+  std::string text;
+  char buffer[512];
+  size_t read = 0;
+  while ((read = std::fread(buffer, 1, sizeof(buffer), stream)) > 0) {
+    text.append(buffer, read);
+  }
+  const bool failed = std::ferror(stream) != 0;
+  const int error = errno;
+  std::fclose(stream);
+  if (failed) return VerbsError("read", error, file.path);
+  file.contents = std::move(text);
+  return file;
 }
 
 absl::Status IbverbsBackend::GetAsyncEvent(ibv_context* context,

@@ -59,6 +59,10 @@ class IbverbsBackend final : public Verbs {
   absl::Status PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                         ibv_recv_wr** bad_wr) override;
   absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  absl::StatusOr<ibv_ah*> CreateAh(ibv_pd* pd, ibv_ah_attr* attr) override;
+  absl::Status DestroyAh(ibv_ah* ah) override;
+  absl::StatusOr<TrafficClassFile> ReadTrafficClassFile(ibv_context* context,
+                                                        uint8_t port) override;
   absl::Status GetAsyncEvent(ibv_context* context,
                              ibv_async_event* event) override;
   void AckAsyncEvent(ibv_async_event* event) override;

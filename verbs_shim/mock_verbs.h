@@ -8,6 +8,10 @@
 //
 // Handles are whatever the test returns (usually addresses of structs the
 // test owns). Thread-safety: gMock's (expectations set before use).
+//
+// Defaults (ON_CALL, overridable): CreateAh succeeds with a handle the mock
+// owns and DestroyAh accepts it, so every GID passes the address-handle
+// check; ReadTrafficClassFile reports no file (no host override).
 
 #ifndef RDMA_TRANSPORT_VERBS_SHIM_MOCK_VERBS_H_
 #define RDMA_TRANSPORT_VERBS_SHIM_MOCK_VERBS_H_
@@ -19,6 +23,15 @@ namespace rdma_transport {
 
 class MockVerbs : public Verbs {
  public:
+  MockVerbs() {
+    ON_CALL(*this, CreateAh(::testing::_, ::testing::_))
+        .WillByDefault(::testing::Return(&default_ah_));
+    ON_CALL(*this, DestroyAh(::testing::_))
+        .WillByDefault(::testing::Return(absl::OkStatus()));
+    ON_CALL(*this, ReadTrafficClassFile(::testing::_, ::testing::_))
+        .WillByDefault(::testing::Return(TrafficClassFile{}));
+  }
+
   MOCK_METHOD(absl::StatusOr<std::vector<std::string>>, ListDevices, (),
               (override));
   MOCK_METHOD(absl::StatusOr<ibv_context*>, OpenDevice, (std::string_view),
@@ -62,9 +75,17 @@ class MockVerbs : public Verbs {
   MOCK_METHOD(absl::Status, PostRecv, (ibv_qp*, ibv_recv_wr*, ibv_recv_wr**),
               (override));
   MOCK_METHOD(absl::StatusOr<int>, PollCq, (ibv_cq*, int, ibv_wc*), (override));
+  MOCK_METHOD(absl::StatusOr<ibv_ah*>, CreateAh, (ibv_pd*, ibv_ah_attr*),
+              (override));
+  MOCK_METHOD(absl::Status, DestroyAh, (ibv_ah*), (override));
+  MOCK_METHOD(absl::StatusOr<TrafficClassFile>, ReadTrafficClassFile,
+              (ibv_context*, uint8_t), (override));
   MOCK_METHOD(absl::Status, GetAsyncEvent, (ibv_context*, ibv_async_event*),
               (override));
   MOCK_METHOD(void, AckAsyncEvent, (ibv_async_event*), (override));
+
+ private:
+  ibv_ah default_ah_ = {};
 };
 
 }  // namespace rdma_transport

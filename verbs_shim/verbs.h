@@ -40,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -151,6 +152,34 @@ class Verbs {
   // Returns how many completions were written to `wc` (0..num_entries).
   virtual absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries,
                                      ibv_wc* wc) = 0;
+
+  // --- Address handles (ibv_create_ah, ibv_destroy_ah) ---
+
+  // The transport creates none for its RC traffic; it creates one from a
+  // GID to itself to check that the GID can address packets at all (as UCX
+  // does before it uses a RoCE GID). Fails with verbs' errno: EINVAL for a
+  // bad attribute or an empty sgid_index, ENETUNREACH/EHOSTUNREACH (or
+  // others) when the kernel cannot resolve the GID's route, EOPNOTSUPP where
+  // the provider has no address handles (erdma).
+  virtual absl::StatusOr<ibv_ah*> CreateAh(ibv_pd* pd, ibv_ah_attr* attr) = 0;
+  virtual absl::Status DestroyAh(ibv_ah* ah) = 0;
+
+  // --- Host settings outside verbs ---
+
+  // The port's host-wide traffic-class file, which on mlx5 (MLNX_OFED's
+  // mlx5_ib) overrides the traffic class of every QP at modify time:
+  // /sys/class/infiniband/<device>/tc/<port>/traffic_class. `contents` is
+  // the file's text ("Global tclass=106\n", or empty when no override is
+  // set), nullopt when the file does not exist (upstream kernels, other
+  // vendors). Fails only when the file exists but cannot be read (errno
+  // text, e.g. EACCES). The backend reads; transport/traffic_class_file.h
+  // parses.
+  struct TrafficClassFile {
+    std::string path;
+    std::optional<std::string> contents;
+  };
+  virtual absl::StatusOr<TrafficClassFile> ReadTrafficClassFile(
+      ibv_context* context, uint8_t port) = 0;
 
   // --- Asynchronous events (QP fatal, port changes, device fatal) ---
 

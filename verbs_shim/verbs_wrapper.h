@@ -113,6 +113,14 @@ class VerbsWrapper : public Verbs {
   absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override {
     return target_->PollCq(cq, num_entries, wc);
   }
+  absl::StatusOr<ibv_ah*> CreateAh(ibv_pd* pd, ibv_ah_attr* attr) override {
+    return target_->CreateAh(pd, attr);
+  }
+  absl::Status DestroyAh(ibv_ah* ah) override { return target_->DestroyAh(ah); }
+  absl::StatusOr<TrafficClassFile> ReadTrafficClassFile(ibv_context* context,
+                                                        uint8_t port) override {
+    return target_->ReadTrafficClassFile(context, port);
+  }
   absl::Status GetAsyncEvent(ibv_context* context,
                              ibv_async_event* event) override {
     return target_->GetAsyncEvent(context, event);

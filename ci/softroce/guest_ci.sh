@@ -6,7 +6,8 @@
 #   0. the environment: guest_smoke.sh (rdma-core and perftest only), so a
 #      failure below can be told apart from a broken VM
 #   1. rdma_devices lists the three rxe devices with the GID the transport
-#      picks and the inline size it negotiates
+#      picks (which forms an address handle) and the inline size it
+#      negotiates, and finds no host traffic-class override
 #   2. the QP pair test (tests/qp_pair_test.cc) rxe0 <-> rxe1 across the veth,
 #      under tcpdump: with MC_IB_TC=136 every RoCE packet of its connections,
 #      both ways, carries IP TOS 0x88; with MC_IB_TC=96, 0x60; unset, 0x0.
@@ -61,6 +62,16 @@ else
 fi
 grep '^  inline: asked' "$out/rdma_devices.txt" | head -1 |
   sed "s/^  inline:/INFO rdma_devices on rxe: inline/" | tee -a "$summary" || true
+# Operator facts: rxe has no mlx5 traffic_class file, and its GIDs form
+# address handles (the probe the GID choice makes).
+no_override=$(grep -c '^  host traffic class: none (no /sys/class/infiniband/rxe[^/]*/tc/1/traffic_class)' \
+  "$out/rdma_devices.txt" || true)
+probed=$(grep -c '^    why: GID [0-9]* chosen: .* that forms an address handle' "$out/rdma_devices.txt" || true)
+if ((no_override == 3 && probed == 3)); then
+  report PASS "rdma_devices: no host traffic-class override on rxe, every chosen GID forms an address handle"
+else
+  report FAIL "rdma_devices: $no_override 'no override' lines, $probed address-handle-probed GIDs (want 3 each)"
+fi
 
 # --- 2. the QP pair test, with the traffic class on the wire ------------------
 qp_pair() { # label, MC_IB_TC value ('' = unset), expected TOS, gtest filter

@@ -408,6 +408,7 @@ void FabricCore::TransmitHeadLocked(SimQp& qp) {
   ++qp.attempt;
   qp.in_flight = true;
   ++device.counters.packets_sent;
+  ++device.counters.packets_by_traffic_class[WireTrafficClass(qp)];
   const uint64_t request_bytes =
       wqe.opcode == IBV_WR_RDMA_READ ? 0 : wqe.length;
   const Nanos wire_time = WireTime(request_bytes);
@@ -636,6 +637,7 @@ void FabricCore::HandleArriveLocked(const Event& event) {
       *requester, wqe, event.wqe_index, *responder, duplicate);
 
   ++device.counters.packets_sent;
+  ++device.counters.packets_by_traffic_class[WireTrafficClass(*responder)];
   Event reply;
   reply.kind = EventKind::kResponse;
   reply.time =
@@ -858,6 +860,14 @@ SimQp* FabricCore::RouteLocked(SimQp& requester, Device** device) {
   *device = &candidate;
   if (!candidate.link_up()) return nullptr;
   return FindQpOnDevice(candidate, requester.attr.dest_qp_num);
+}
+
+uint8_t FabricCore::WireTrafficClass(const SimQp& qp) {
+  // MLNX_OFED's mlx5_ib replaces the QP's traffic class with the host's
+  // global tclass when the QP's path is set (modify_qp); the packets carry
+  // it although the application asked for another.
+  return qp.device->profile.traffic_class_override.value_or(
+      qp.attr.ah_attr.grh.traffic_class);
 }
 
 Nanos FabricCore::WireTime(uint64_t bytes) const {

@@ -41,6 +41,7 @@ void FabricCore::SetGidLocked(Device& device, uint32_t index,
     entry.ndev_ifindex = device.is_ethernet() ? device.index + 2 : 0;
   }
   device.gid_valid[index] = gid.has_value();
+  device.gid_create_ah_errno[index] = 0;
   // Routes were resolved against the old tables.
   for (auto& [handle, qp] : qps) qp->route_device = -1;
   RaiseOnEveryContextLocked(device, IBV_EVENT_GID_CHANGE);

@@ -51,6 +51,9 @@ SimContext* FabricCore::FindContext(const ibv_context* handle) const {
 SimPd* FabricCore::FindPd(const ibv_pd* handle) const {
   return FindIn(pds, handle);
 }
+SimAh* FabricCore::FindAh(const ibv_ah* handle) const {
+  return FindIn(ahs, handle);
+}
 SimMr* FabricCore::FindMr(const ibv_mr* handle) const {
   return FindIn(mrs, handle);
 }
@@ -380,6 +383,9 @@ std::vector<LiveObject> FabricCore::LeakReportLocked() const {
   }
   for (const auto& [handle, qp] : qps) {
     live.push_back({qp->id, {"qp", qp->device->name, qp->qp_num}});
+  }
+  for (const auto& [handle, ah] : ahs) {
+    live.push_back({ah->id, {"ah", ah->pd->context->device->name, ah->id}});
   }
   std::sort(live.begin(), live.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -107,6 +107,9 @@ struct Device {
   // Port 1's GID table, gid_table_length slots; `gid_valid` marks the filled.
   std::vector<ibv_gid_entry> gid_table;
   std::vector<bool> gid_valid;
+  // Per slot: the errno CreateAh fails with when sourced from it (0: none);
+  // from DeviceProfile::gid_layout, cleared when a fault refills the slot.
+  std::vector<int> gid_create_ah_errno;
   bool dead = false;
   // Port 1 taken down by FaultInjector::PortDown; the device stays.
   bool port_down = false;
@@ -159,6 +162,14 @@ struct SimPd {
   uint32_t live_mrs = 0;
   uint32_t live_qps = 0;
   uint32_t live_mws = 0;
+  uint32_t live_ahs = 0;
+};
+
+struct SimAh {
+  ibv_ah verbs{};
+  uint32_t id = 0;
+  SimPd* pd = nullptr;
+  ibv_ah_attr attr{};
 };
 
 struct SimMr {
@@ -449,6 +460,7 @@ class FabricCore {
       channels;
   std::unordered_map<const ibv_cq*, std::unique_ptr<SimCq>> cqs;
   std::unordered_map<const ibv_qp*, std::unique_ptr<SimQp>> qps;
+  std::unordered_map<const ibv_ah*, std::unique_ptr<SimAh>> ahs;
   std::unordered_map<uint32_t, SimCq*> cqs_by_id;
   uint32_t next_object_id = 1;
   uint32_t next_mr_key = 0x1000;
@@ -471,6 +483,7 @@ class FabricCore {
   SimChannel* FindChannel(const ibv_comp_channel* handle) const;
   SimCq* FindCq(const ibv_cq* handle) const;
   SimQp* FindQp(const ibv_qp* handle) const;
+  SimAh* FindAh(const ibv_ah* handle) const;
   SimQp* FindQpByNum(uint32_t qp_num) const {
     const uint32_t index = qp_num - kFirstQpNum;
     return index < qp_table_.size() ? qp_table_[index] : nullptr;
@@ -582,6 +595,8 @@ class FabricCore {
   // The responder QP a requester's path leads to, or nullptr.
   SimQp* RouteLocked(SimQp& requester, Device** device);
   Nanos WireTime(uint64_t bytes) const;
+  // The traffic class a packet `qp` sends carries on the wire.
+  static uint8_t WireTrafficClass(const SimQp& qp);
   Nanos ExtraDelayLocked(const SimQp& destination) const;
   bool ConsumeDropLocked(const SimQp& destination);
   std::optional<ibv_wc_status> ConsumeCompletionFaultLocked(const SimQp& qp);

@@ -1,11 +1,13 @@
 // libFuzzer target for the MC_* configuration parser (transport/config.h).
 //
-// The input is lines of NAME=VALUE; lines naming one of the six variables
+// The input is lines of NAME=VALUE; lines naming one of the seven variables
 // set it in a fake environment (the last one wins), everything else is
 // ignored. VALUE is arbitrary bytes, NUL included. Then:
 //   - on success every field is in its documented range, a variable that
 //     was not set has its default, and a variable that was set holds exactly
-//     the integer its text spells (-1 meaning "unset" where allowed);
+//     the integer its text spells (-1 meaning "unset" where allowed), and an
+//     accepted RDMA_TRANSPORT_GID_SUBNET is a well-formed range (no bits
+//     beyond its prefix, IPv4 ranges IPv4-mapped) holding its own prefix;
 //   - on failure the code is kInvalidArgument, some variable was set (the
 //     defaults are valid), and the message names a variable that was set.
 //
@@ -24,9 +26,13 @@
 namespace rdma_transport {
 namespace {
 
-constexpr const char* kVariables[] = {"MC_IB_TC",     "MC_IB_SL",
-                                      "MC_GID_INDEX", "MC_IB_PORT",
-                                      "MC_MTU",       "MC_MAX_INLINE"};
+constexpr const char* kVariables[] = {"MC_IB_TC",
+                                      "MC_IB_SL",
+                                      "MC_GID_INDEX",
+                                      "MC_IB_PORT",
+                                      "MC_MTU",
+                                      "MC_MAX_INLINE",
+                                      "RDMA_TRANSPORT_GID_SUBNET"};
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "config_fuzzer: %s\n", what.c_str());
@@ -92,6 +98,43 @@ void CheckVariable(const std::map<std::string, std::string>& environment,
   }
 }
 
+void CheckGidSubnet(const std::map<std::string, std::string>& environment,
+                    const std::optional<GidSubnet>& subnet) {
+  auto it = environment.find("RDMA_TRANSPORT_GID_SUBNET");
+  if (it == environment.end()) {
+    if (subnet.has_value())
+      Fail("RDMA_TRANSPORT_GID_SUBNET unset but resolved");
+    return;
+  }
+  if (!subnet.has_value()) Fail("RDMA_TRANSPORT_GID_SUBNET set but dropped");
+  if (subnet->text != it->second) {
+    Fail("RDMA_TRANSPORT_GID_SUBNET=\"" + it->second + "\" kept as \"" +
+         subnet->text + "\"");
+  }
+  if (subnet->text.find('/') == std::string::npos) Fail("no '/' accepted");
+  const int min_bits = subnet->ipv4 ? 96 : 0;
+  if (subnet->prefix_bits < min_bits || subnet->prefix_bits > 128) {
+    Fail("prefix_bits " + std::to_string(subnet->prefix_bits));
+  }
+  for (int bit = subnet->prefix_bits; bit < 128; ++bit) {
+    if ((subnet->prefix[bit / 8] >> (7 - bit % 8)) & 1) {
+      Fail("bit " + std::to_string(bit) + " set beyond the prefix of \"" +
+           subnet->text + "\"");
+    }
+  }
+  if (subnet->ipv4) {
+    for (int i = 0; i < 10; ++i) {
+      if (subnet->prefix[i] != 0) Fail("IPv4 range not IPv4-mapped");
+    }
+    if (subnet->prefix[10] != 0xff || subnet->prefix[11] != 0xff) {
+      Fail("IPv4 range not IPv4-mapped");
+    }
+  }
+  uint8_t raw[16];
+  for (int i = 0; i < 16; ++i) raw[i] = subnet->prefix[i];
+  if (!subnet->Contains(raw)) Fail("the range does not hold its own prefix");
+}
+
 void CheckOneInput(std::string_view input) {
   const std::map<std::string, std::string> environment = ParseInput(input);
   const EnvironmentLookup lookup =
@@ -128,6 +171,7 @@ void CheckOneInput(std::string_view input) {
   }
   CheckVariable(environment, "MC_MAX_INLINE", Resolved(config->max_inline), -1,
                 -1, 1024);
+  CheckGidSubnet(environment, config->gid_subnet);
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ runs_for() {
 sources_for() {
   case $1 in
     handshake) echo "transport/handshake.cc verbs_shim/verbs_names.cc" ;;
-    config) echo "transport/config.cc" ;;
+    config) echo "transport/config.cc transport/gid_subnet.cc" ;;
     *) return 1 ;;
   esac
 }

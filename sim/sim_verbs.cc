@@ -384,11 +384,10 @@ absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
   SimPd* sim = core.FindPd(pd);
   if (sim == nullptr) return UnknownHandle("ibv_dealloc_pd", "PD");
   if (sim->live_mrs + sim->live_qps + sim->live_mws + sim->live_ahs > 0) {
-    return VerbsError(
-        "ibv_dealloc_pd", EBUSY,
-        absl::StrCat(sim->live_mrs, " MRs, ", sim->live_mws, " MWs, ",
-                     sim->live_qps, " QPs and ", sim->live_ahs,
-                     " AHs still use it"));
+    return VerbsError("ibv_dealloc_pd", EBUSY,
+                      absl::StrCat(sim->live_mrs, " MRs, ", sim->live_mws,
+                                   " MWs, ", sim->live_qps, " QPs and ",
+                                   sim->live_ahs, " AHs still use it"));
   }
   --sim->context->live_pds;
   --sim->context->device->live_pds;

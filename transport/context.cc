@@ -291,12 +291,13 @@ QpEndpoint Context::Endpoint(const ibv_qp* qp, uint32_t psn) const {
 
 absl::Status Context::ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
                                   const QpEndpoint& remote) const {
-  absl::Status status =
-      BringUpRcQp(verbs_, qp, Route(local_psn), remote, config_);
-  if (status.ok() && traffic_class_override_.has_value()) {
-    qps_under_override_.fetch_add(1, std::memory_order_relaxed);
-  }
-  return status;
+  const LocalRoute route = Route(local_psn);
+  QpPathSettings settings;
+  settings.max_rd_atomic = route.max_rd_atomic;
+  settings.max_dest_rd_atomic = route.max_dest_rd_atomic;
+  settings.traffic_class = config_.traffic_class;
+  settings.service_level = config_.service_level;
+  return ConnectRcQp(qp, local_psn, remote, settings);
 }
 
 absl::Status Context::ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
@@ -311,7 +312,11 @@ absl::Status Context::ConnectRcQp(ibv_qp* qp, uint32_t local_psn,
   // A traffic class needs the GRH on InfiniBand too.
   route.use_global_route =
       route.use_global_route || settings.traffic_class.has_value();
-  return BringUpRcQp(verbs_, qp, route, remote, config);
+  absl::Status status = BringUpRcQp(verbs_, qp, route, remote, config);
+  if (status.ok() && traffic_class_override_.has_value()) {
+    qps_under_override_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return status;
 }
 
 }  // namespace rdma_transport

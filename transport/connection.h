@@ -2,7 +2,7 @@
 //
 // `Connection`: one reliable-connected QP to a peer, with whole-message
 // SEND/RECEIVE under credit-based flow control, one-sided RDMA WRITE/READ,
-// a liveness check and a graceful close. Made by Connect() or
+// a liveness check and a graceful close. Made by Connect() (connect.h) or
 // Listener::Accept() (listener.h).
 //
 //   absl::Status sent = connection->Send(bytes);

@@ -24,6 +24,7 @@ namespace {
 using handshake_internal::AsBytes;
 using handshake_internal::CheckBodyLength;
 using handshake_internal::CheckEndpoint;
+using handshake_internal::CheckFormatAndType;
 using handshake_internal::CheckMessage;
 using handshake_internal::CheckReason;
 using handshake_internal::CheckReserved;
@@ -384,13 +385,8 @@ absl::StatusOr<HandshakeMessage> DecodeHandshakeBody(
     const HandshakeHeader& header, std::span<const uint8_t> body) {
   const HandshakeType type = header.type;
   const uint16_t version = header.version;
-  if (version != kLegacyHandshakeVersion && version != kHandshakeVersion) {
-    return Invalid(
-        type, absl::StrCat("frame format ", version, " is not ",
-                           kLegacyHandshakeVersion, " or ", kHandshakeVersion));
-  }
-  if (!IsKnownType(version, static_cast<uint8_t>(type))) {
-    return UnknownType(version, static_cast<unsigned>(type));
+  if (absl::Status status = CheckFormatAndType(version, type); !status.ok()) {
+    return status;
   }
   if (body.size() != header.body_length) {
     return Invalid(

@@ -164,9 +164,7 @@ absl::Status CheckReason(HandshakeType type, std::span<const uint8_t> reason) {
   return absl::OkStatus();
 }
 
-absl::Status CheckMessage(const HandshakeMessage& message) {
-  const HandshakeType type = message.type;
-  const uint16_t version = message.version;
+absl::Status CheckFormatAndType(uint16_t version, HandshakeType type) {
   if (version != kLegacyHandshakeVersion && version != kHandshakeVersion) {
     return Invalid(
         type, absl::StrCat("frame format ", version, " is not ",
@@ -174,6 +172,15 @@ absl::Status CheckMessage(const HandshakeMessage& message) {
   }
   if (!IsKnownType(version, static_cast<uint8_t>(type))) {
     return UnknownType(version, static_cast<unsigned>(type));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMessage(const HandshakeMessage& message) {
+  const HandshakeType type = message.type;
+  const uint16_t version = message.version;
+  if (absl::Status status = CheckFormatAndType(version, type); !status.ok()) {
+    return status;
   }
   const bool endpoint =
       type == HandshakeType::kHello || type == HandshakeType::kAccept;

@@ -35,6 +35,8 @@ inline bool IsPrintable(uint8_t c) { return c >= 0x20 && c <= 0x7e; }
 
 bool IsKnownType(uint16_t version, uint8_t type);
 absl::Status UnknownType(uint16_t version, unsigned type);
+// A frame format this side speaks (2 or 3), and a type that format has.
+absl::Status CheckFormatAndType(uint16_t version, HandshakeType type);
 // What the body length of a `type` frame of `version` may be, before its
 // fields are read: exact for format-2 ACCEPT and READY, a range otherwise.
 // Shared by header and body decoding so a reader of a stream refuses a bad

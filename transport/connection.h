@@ -2,7 +2,7 @@
 //
 // `Connection`: one reliable-connected QP to a peer, with whole-message
 // SEND/RECEIVE under credit-based flow control, one-sided RDMA WRITE/READ,
-// a liveness check and a graceful close. Made by Connect() or
+// a liveness check and a graceful close. Made by Connect() (connect.h) or
 // Listener::Accept() (listener.h).
 //
 //   absl::Status sent = connection->Send(bytes);
@@ -117,6 +117,7 @@
 #include "transport/negotiation.h"
 #include "transport/peer_region.h"
 #include "transport/tcp.h"
+#include "transport/wr_id.h"
 #include "verbs_shim/env.h"
 
 namespace rdma_transport {
@@ -270,22 +271,10 @@ class Connection final : private AsyncEventListener {
 
   class CallScope;
 
-  // Work request ids: kind in the top byte, a sequence or slot below.
-  enum class WrKind : uint8_t {
-    kRecv = 1,
-    kSendData,
-    kSendCredit,
-    kClose,
-    kWrite,
-    kRead,
-    kKeepalive,
-    kBind,
-  };
-
   Connection(const Context& context, const ConnectionOptions& options,
              std::string name);
 
-  // Setup, used by ConnectionSetup (listener.cc). CreateResources() is
+  // Setup, used by ConnectionSetup (connection_setup.h). CreateResources() is
   // CreateQueues() (CQ, QP in RESET, channel: no registered memory) then
   // CreateBuffers() (rings and probe slot, registered).
   absl::Status CreateResources();
@@ -309,6 +298,8 @@ class Connection final : private AsyncEventListener {
   // All below run with mu_ held.
   absl::Status UsableLocked() const;
   bool PollOnceLocked(std::unique_lock<std::mutex>& lock);
+  // Polls until the CQ is empty.
+  void DrainCqLocked(std::unique_lock<std::mutex>& lock);
   void HandleCompletionLocked(const ibv_wc& wc);
   void FailLocked(absl::Status status);
   // Waits for progress (kBusyPoll: spins; kEvent: sleeps on the channel),
@@ -366,7 +357,7 @@ class Connection final : private AsyncEventListener {
   // Polls and waits until `ready()` holds. The connection's failure if one
   // comes first; kDeadlineExceeded "<name>: <waiting_for> before the
   // deadline" at the deadline. Every wait of the connection goes through it.
-  // (Defined in connection.cc, where every caller is.)
+  // (Defined in connection_internal.h, which every caller's file includes.)
   template <typename Ready>
   absl::Status WaitUntilLocked(std::unique_lock<std::mutex>& lock,
                                Deadline deadline, Ready ready,
@@ -378,10 +369,6 @@ class Connection final : private AsyncEventListener {
                           std::span<const RdmaOp> ops, bool is_write);
   absl::Status CheckRdmaOps(std::span<const RdmaOp> ops, bool is_write) const;
   void TearDownLocked();
-
-  static uint64_t MakeWrId(WrKind kind, uint64_t value) {
-    return (static_cast<uint64_t>(kind) << 56) | (value & ((1ull << 56) - 1));
-  }
 
   const Context& context_;
   Verbs& verbs_;

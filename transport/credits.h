@@ -20,9 +20,7 @@
 // that many credits owed), which kMinRecvSlots = 4 and the default batch of
 // half the ring keep.
 //
-// Immediate data (32 bits, host order here; network order on the wire):
-//   bits 31..30  kind: 0 data, 1 credit, 2 close
-//   bits 15..0   credits returned
+// The credits returned travel in the immediate data (immediate_data.h).
 //
 // These classes hold counters only; the Connection serialises access to them.
 
@@ -32,20 +30,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "transport/immediate_data.h"
+
 namespace rdma_transport {
-
-enum class ImmKind : uint32_t { kData = 0, kCredit = 1, kClose = 2 };
-
-inline constexpr uint32_t kMaxCreditsPerImm = 0xffff;
-
-inline uint32_t EncodeImm(ImmKind kind, uint32_t credits) {
-  return (static_cast<uint32_t>(kind) << 30) |
-         std::min(credits, kMaxCreditsPerImm);
-}
-inline ImmKind ImmKindOf(uint32_t imm) {
-  return static_cast<ImmKind>(imm >> 30);
-}
-inline uint32_t ImmCredits(uint32_t imm) { return imm & 0xffff; }
 
 // Credits this side holds for the peer's receive ring.
 class SendCredits {

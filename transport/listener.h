@@ -49,17 +49,9 @@
 // token (unless ListenerOptions::allow_unauthenticated), or what the setup
 // network's Listen() returns.
 //
-// Errors of Connect(): kFailedPrecondition when the server rejects (with its
-// reason), kUnavailable when it stays busy (every "server busy" or
-// "displaced" answer is retried after the time it names, while
-// `handshake_timeout` lasts), when it cannot be reached or goes away,
-// kDeadlineExceeded when the handshake does not finish within
-// `handshake_timeout`, kInvalidArgument for a malformed reply or a bad
-// ConnectionOptions::max_protocol_version, and the verbs error when the QP
-// cannot be created or brought up. Connection::path() then says what was
-// negotiated (transport/negotiation.h).
+// Connect() is declared in connect.h (included here), with its errors.
 //
-// Thread-safety: Connect() is thread-safe. A Listener is thread-compatible:
+// Thread-safety: A Listener is thread-compatible:
 // call Accept() from one thread at a time; stats() and address() from any.
 // Ownership: connections outlive the Listener that accepted them; all must
 // be destroyed before the Context.
@@ -78,6 +70,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "transport/connect.h"  // Connect(), for existing includers
 #include "transport/connection.h"
 #include "transport/context.h"
 #include "transport/deadline.h"
@@ -85,10 +78,6 @@
 #include "transport/tcp.h"
 
 namespace rdma_transport {
-
-absl::StatusOr<std::unique_ptr<Connection>> Connect(
-    const Context& context, std::string_view address,
-    const ConnectionOptions& options = {});
 
 struct ListenerOptions {
   // Handshakes under way: the peer has sent bytes (the HELLO is read and

@@ -43,7 +43,7 @@ runs_for() {
 # The library sources a fuzzer links, besides tests/fuzz/<name>_fuzzer.cc.
 sources_for() {
   case $1 in
-    handshake) echo "transport/handshake.cc verbs_shim/verbs_names.cc" ;;
+    handshake) echo "transport/handshake.cc transport/handshake_checks.cc transport/handshake_extensions.cc verbs_shim/verbs_names.cc" ;;
     config) echo "transport/config.cc transport/gid_subnet.cc" ;;
     *) return 1 ;;
   esac

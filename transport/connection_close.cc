@@ -1,0 +1,115 @@
+// File: transport/connection_close.cc
+//
+// Closing: Close() (the goodbye byte on the setup stream, the close message
+// after everything posted, waiting for calls still inside) and the teardown
+// that releases windows, QP, CQ, channel, rings and fds in that order.
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "transport/connection.h"
+#include "transport/connection_internal.h"
+
+namespace rdma_transport {
+
+absl::Status Connection::Close(Deadline deadline) {
+  std::unique_lock<std::mutex> lock = Enter();
+  if (closed_) return absl::OkStatus();
+  if (closing_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name_, ": Close() is already running"));
+  }
+  closing_ = true;
+  if (wakeup_fd_ >= 0) {
+    uint64_t one = 1;
+    (void)!write(wakeup_fd_, &one, sizeof(one));
+  }
+  NotifyLocked();
+  UpdateReadinessLocked();
+  // Tell the peer's process this is a close, not a death; the close
+  // message (below) is what ends its Receive().
+  if (setup_.valid()) {
+    const uint8_t goodbye = kGoodbyeByte;
+    (void)!::send(setup_.fd(), &goodbye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  absl::Status result;
+  // A connection whose handshake never finished (the Listener gives it up)
+  // has nobody to tell: the peer may not even have its QP up.
+  if (established_ && handshake_done_ && failure_.ok() && !peer_closed_) {
+    // The close message needs a credit and a send queue entry. A failure
+    // meanwhile leaves nothing to tell: the close itself still succeeds.
+    absl::Status ready = WaitUntilLocked(
+        lock, deadline,
+        [&] { return send_credits_.CanSendClose() && SqHasRoomLocked(1); },
+        "close: no credit to tell the peer");
+    if (absl::IsDeadlineExceeded(ready) && failure_.ok()) result = ready;
+    if (ready.ok()) {
+      absl::StatusOr<uint64_t> seq = PostControlLocked(
+          WrKind::kClose, EncodeImm(ImmKind::kClose, owed_credits_.Take()));
+      if (seq.ok()) {
+        send_credits_.Spend();
+        // Its completion means everything posted before it completed too.
+        result = WaitForSeqLocked(lock, *seq, deadline);
+        // A peer that closed at the same time may be gone already.
+        if (!result.ok() && peer_closed_) result = absl::OkStatus();
+      } else {
+        result = seq.status();
+      }
+    }
+  }
+  // Let calls still inside (a Receive on another thread) leave first.
+  while (active_calls_ > 0) {
+    SleepLocked(lock, env_.PrepareWait(), env_.DeadlineIn(kFollowerWait));
+  }
+  TearDownLocked();
+  closed_ = true;
+  return result;
+}
+
+void Connection::TearDownLocked() {
+  auto report = [this](const absl::Status& status) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "rdma_transport: %s: closing: %s\n", name_.c_str(),
+                   status.ToString().c_str());
+    }
+  };
+  // No async event reaches this connection from here on.
+  if (registered_) {
+    context_.UnregisterListener(this);
+    registered_ = false;
+  }
+  // No window outlives the connection: dead before the QP goes.
+  for (const std::shared_ptr<BoundWindow>& window : windows_) {
+    report(window->Release());
+  }
+  windows_.clear();
+  if (inline_.qp != nullptr) {
+    report(verbs_.DestroyQp(inline_.qp));
+    inline_.qp = nullptr;
+  }
+  if (cq_ != nullptr) {
+    report(verbs_.DestroyCq(cq_));
+    cq_ = nullptr;
+  }
+  if (channel_ != nullptr) {
+    report(verbs_.DestroyCompChannel(channel_));
+    channel_ = nullptr;
+  }
+  report(send_ring_.Release());
+  report(recv_ring_.Release());
+  report(probe_slot_.Release());
+  for (int* fd : {&wakeup_fd_, &ready_fd_, &epoll_fd_}) {
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
+  }
+  setup_watched_ = false;
+  setup_.Close();
+}
+
+}  // namespace rdma_transport

@@ -1,0 +1,63 @@
+// File: transport/connection_internal.h
+//
+// What the Connection's own .cc files share and nothing else may include:
+// how a call is counted and left (CallScope), the one wait loop every wait
+// goes through (WaitUntilLocked), and the constants of more than one file.
+// Internal to //transport:transport; the class contract is in connection.h.
+
+#ifndef RDMA_TRANSPORT_TRANSPORT_CONNECTION_INTERNAL_H_
+#define RDMA_TRANSPORT_TRANSPORT_CONNECTION_INTERNAL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "transport/connection.h"
+
+namespace rdma_transport {
+
+// How long a follower waits on the condition variable before looking again.
+inline constexpr auto kFollowerWait = std::chrono::milliseconds(50);
+// What Close() writes on the setup stream before closing it: a peer that
+// reads EOF without it knows this process is gone.
+inline constexpr uint8_t kGoodbyeByte = 'G';
+
+// Counts a call in flight for Close() to wait on, and ends it with
+// LeaveLocked() (kEvent: the CQ re-armed, the readiness fd up to date).
+class Connection::CallScope {
+ public:
+  CallScope(Connection& connection, std::unique_lock<std::mutex>& lock)
+      : connection_(connection), lock_(lock) {
+    ++connection_.active_calls_;
+  }
+  ~CallScope() {
+    if (lock_.owns_lock()) connection_.LeaveLocked(lock_);
+    if (--connection_.active_calls_ == 0) connection_.NotifyLocked();
+  }
+
+ private:
+  Connection& connection_;
+  std::unique_lock<std::mutex>& lock_;
+};
+
+template <typename Ready>
+absl::Status Connection::WaitUntilLocked(std::unique_lock<std::mutex>& lock,
+                                         Deadline deadline, Ready ready,
+                                         const char* waiting_for) {
+  while (true) {
+    if (!failure_.ok()) return failure_;
+    if (ready()) return absl::OkStatus();
+    const uint64_t token = env_.PrepareWait();
+    if (PollOnceLocked(lock)) continue;
+    if (!WaitLocked(lock, token, deadline).ok()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(name_, ": ", waiting_for, " before the deadline"));
+    }
+  }
+}
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_TRANSPORT_CONNECTION_INTERNAL_H_

@@ -1,0 +1,271 @@
+// File: transport/connection_one_sided.cc
+//
+// One-sided RDMA: Write()/Read() (each op checked against its regions, cut
+// into pieces no longer than the port, the watchdog or Soft-RoCE allow,
+// posted in batches of at most max_rdma_batch with one outstanding) and
+// BindRegion() (a type 2 memory window bound to this QP, peer_region.h).
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "transport/connection.h"
+#include "transport/connection_internal.h"
+#include "transport/inline_size.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+// Pieces of a Write()/Read() op when the watchdog is armed, so that every
+// completion the watchdog waits for moves at most this much.
+constexpr uint64_t kWatchdogPieceBytes = 1 << 20;
+// Soft-RoCE: at most this much RDMA in flight per connection. Its responder
+// sends READ responses as fast as it can produce them; on a loaded host the
+// veth queue overflows ("rdma_rxe: Failed sending ACK") and Linux 6.1's rxe
+// then stalls the READ for good (no completion, no error: measured in the
+// VM with every host core busy, 3 of 3 runs of a 16 MiB READ). 256 KiB is
+// 256 packets at rxe's 1024-byte MTU, inside the 1000-packet backlog.
+constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
+
+}  // namespace
+
+absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
+                                      bool is_write) const {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const RdmaOp& op = ops[i];
+    const std::string which = absl::StrCat(
+        name_, ": RDMA ", is_write ? "WRITE" : "READ", " #", i, ": ");
+    if (op.local == nullptr || !op.local->valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(which, "no local memory region"));
+    }
+    if (absl::Status status = op.local->CheckRange(op.local_offset, op.length);
+        !status.ok()) {
+      return absl::OutOfRangeError(
+          absl::StrCat(which, "local ", status.message()));
+    }
+    if (!is_write && !op.local->allows(kLocalWrite)) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          which,
+          "the local region was registered without kLocalWrite, so "
+          "the NIC may not write the data read into it"));
+    }
+    if (op.remote_offset > op.remote.length ||
+        op.length > op.remote.length - op.remote_offset) {
+      return absl::OutOfRangeError(
+          absl::StrCat(which, "remote range [", op.remote_offset, ", ",
+                       op.remote_offset + op.length, ") is outside the peer's ",
+                       op.remote.length, "-byte region"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
+                                    std::span<const RdmaOp> ops,
+                                    bool is_write) {
+  // An op longer than the port's max_msg_sz (8 MiB on rxe) goes as several
+  // work requests: pieces of at most `max_piece` bytes.
+  // With the watchdog armed, pieces of at most kWatchdogPieceBytes, so that
+  // each completion it waits for is a bounded amount of work.
+  const uint64_t port_limit = context_.port_attr().max_msg_sz;
+  const bool soft_roce = context_.device_attr().vendor_id == kVendorSoftRoce;
+  const uint64_t max_piece = std::min<uint64_t>(
+      std::min<uint64_t>(port_limit > 0 ? port_limit : (1ull << 31),
+                         1ull << 30),
+      soft_roce         ? kSoftRoceInFlightBytes
+      : watchdog_armed_ ? kWatchdogPieceBytes
+                        : ~uint64_t{0});
+  const uint64_t max_batch_bytes =
+      soft_roce ? kSoftRoceInFlightBytes : ~uint64_t{0};
+  size_t op_index = 0;
+  uint64_t op_offset = 0;  // bytes of ops[op_index] already posted
+  while (op_index < ops.size()) {
+    // Lay out the next batch of pieces.
+    uint32_t batch = 0;
+    uint32_t ops_finished = 0;
+    uint64_t unsignaled_bytes = 0;
+    uint64_t batch_bytes = 0;
+    while (batch < options_.max_rdma_batch && op_index < ops.size() &&
+           batch_bytes < max_batch_bytes) {
+      const RdmaOp& op = ops[op_index];
+      const uint64_t length = std::min(op.length - op_offset, max_piece);
+      ibv_sge& sge = rdma_sges_[batch];
+      sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset +
+                                            op_offset);
+      sge.length = static_cast<uint32_t>(length);
+      sge.lkey = op.local->lkey();
+      ibv_send_wr& wr = rdma_wrs_[batch];
+      wr = ibv_send_wr{};
+      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, 0);
+      wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+      wr.sg_list = &sge;
+      wr.num_sge = length > 0 ? 1 : 0;
+      wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset + op_offset;
+      wr.wr.rdma.rkey = op.remote.rkey;
+      if (is_write && ShouldSendInline(static_cast<uint32_t>(length),
+                                       inline_.usable_inline)) {
+        wr.send_flags |= IBV_SEND_INLINE;
+      }
+      // Progress inside a large batch: a completion every
+      // kProgressSignalBytes, which the watchdog counts as progress.
+      unsignaled_bytes += length;
+      batch_bytes += length;
+      if (unsignaled_bytes >= kProgressSignalBytes) {
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        unsignaled_bytes = 0;
+      }
+      if (batch > 0) rdma_wrs_[batch - 1].next = &wr;
+      ++batch;
+      op_offset += length;
+      if (op_offset >= op.length) {
+        ++op_index;
+        op_offset = 0;
+        ++ops_finished;
+      }
+    }
+    rdma_wrs_[batch - 1].send_flags |= IBV_SEND_SIGNALED;
+
+    if (absl::Status status = WaitUntilLocked(
+            lock, kNoDeadline, [&] { return SqHasRoomLocked(batch); },
+            "no send queue room");
+        !status.ok()) {
+      return status;
+    }
+    const uint64_t last_seq = sq_posted_ + batch - 1;
+    if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
+        !status.ok()) {
+      return status;
+    }
+    for (uint32_t i = 0; i < batch; ++i)
+      stats_.rdma_bytes += rdma_sges_[i].length;
+    (is_write ? stats_.rdma_writes : stats_.rdma_reads) += ops_finished;
+    if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
+        !status.ok()) {
+      // The NIC may still hold work requests naming the caller's memory.
+      QuiesceLocked(lock);
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Connection::Write(std::span<const RdmaOp> ops) {
+  if (absl::Status status = CheckRdmaOps(ops, true); !status.ok()) {
+    return status;
+  }
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  return RdmaLocked(lock, ops, true);
+}
+
+absl::Status Connection::Read(std::span<const RdmaOp> ops) {
+  if (absl::Status status = CheckRdmaOps(ops, false); !status.ok()) {
+    return status;
+  }
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  return RdmaLocked(lock, ops, false);
+}
+
+absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
+                                                  size_t offset, size_t length,
+                                                  int access) {
+  const std::string which = absl::StrCat(name_, ": BindRegion: ");
+  if (access == 0 || (access & ~(kRemoteRead | kRemoteWrite)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(which, "access 0x", absl::Hex(access),
+                     " is not kRemoteRead and/or kRemoteWrite"));
+  }
+  if (!region.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(which, "no memory region"));
+  }
+  if (length == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(which, "a binding needs at least one byte"));
+  }
+  if (absl::Status status = region.CheckRange(offset, length); !status.ok()) {
+    return absl::OutOfRangeError(absl::StrCat(which, status.message()));
+  }
+  if (!region.allows(kBindable)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(which,
+                     "the region was registered without kBindable "
+                     "(IBV_ACCESS_MW_BIND)"));
+  }
+  // kRemoteWrite implies local write at the verbs level.
+  if ((access & kRemoteWrite) && !region.allows(kLocalWrite) &&
+      !region.allows(kRemoteWrite)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(which,
+                     "a writable binding needs a region registered with "
+                     "kLocalWrite"));
+  }
+  constexpr unsigned int kType2 =
+      IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  if ((context_.device_attr().device_cap_flags & kType2) == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        which, "device ", context_.device_name(),
+        " has no type 2 memory windows (IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B "
+        "not in device_cap_flags); share the region with remote() instead"));
+  }
+
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  if (absl::Status status = WaitUntilLocked(
+          lock, kNoDeadline, [&] { return SqHasRoomLocked(1); },
+          "no send queue room");
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<ibv_mw*> mw = verbs_.AllocMw(context_.pd(), IBV_MW_TYPE_2);
+  if (!mw.ok()) {
+    if (VerbsErrno(mw.status()) == EOPNOTSUPP) {
+      return absl::UnimplementedError(
+          absl::StrCat(which, "device ", context_.device_name(),
+                       " refuses memory windows: ", mw.status().message()));
+    }
+    return WithContext(mw.status(), which);
+  }
+  auto window = std::make_shared<BoundWindow>(&verbs_, *mw);
+  std::byte* start = region.data() + offset;
+  ibv_send_wr wr = {};
+  wr.wr_id = MakeWrId(WrKind::kBind, 0);
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.bind_mw.mw = *mw;
+  wr.bind_mw.rkey = ibv_inc_rkey((*mw)->rkey);
+  wr.bind_mw.bind_info.mr = region.mr();
+  wr.bind_mw.bind_info.addr = reinterpret_cast<uint64_t>(start);
+  wr.bind_mw.bind_info.length = length;
+  wr.bind_mw.bind_info.mw_access_flags =
+      (access & kRemoteRead ? IBV_ACCESS_REMOTE_READ : 0) |
+      (access & kRemoteWrite ? IBV_ACCESS_REMOTE_WRITE : 0);
+  const uint64_t seq = sq_posted_;
+  if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
+    QuiesceLocked(lock);
+    return status;
+  }
+  if (absl::Status status = WaitForSeqLocked(lock, seq, kNoDeadline);
+      !status.ok()) {
+    QuiesceLocked(lock);
+    return status;  // `window` deallocates the window
+  }
+  // libibverbs leaves ibv_mw::rkey to the caller after a bind.
+  (*mw)->rkey = wr.bind_mw.rkey;
+  std::erase_if(windows_, [](const std::shared_ptr<BoundWindow>& w) {
+    return !w->bound();
+  });
+  windows_.push_back(window);
+  ++stats_.regions_bound;
+  return PeerRegion(
+      std::move(window),
+      RemoteRegion{reinterpret_cast<uint64_t>(start), length, wr.bind_mw.rkey});
+}
+
+}  // namespace rdma_transport

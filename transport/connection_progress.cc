@@ -1,0 +1,267 @@
+// File: transport/connection_progress.cc
+//
+// The progress loop: polling the CQ and dispatching each completion
+// (send-queue progress, arrivals, credits, the peer's close, failures via
+// completion_status.h), waiting for progress (kBusyPoll spins, kEvent sleeps
+// on the completion channel with one leader and followers), and keeping the
+// CQ armed and the readiness fd true before every call returns.
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "transport/completion_status.h"
+#include "transport/connection.h"
+#include "transport/connection_internal.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+constexpr int kPollBatch = 16;
+// Busy polling looks at the clock and yields once every this many empty
+// turns (each turn polls the CQ once).
+constexpr uint32_t kSpinTurns = 64;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+void Connection::HandleCompletionLocked(const ibv_wc& wc) {
+  const uint8_t kind = WrIdKind(wc.wr_id);
+  const uint64_t value = WrIdValue(wc.wr_id);
+  if (kind != static_cast<uint8_t>(WrKind::kRecv)) {
+    sq_completed_ = std::max(sq_completed_, value + 1);
+    if (kind == static_cast<uint8_t>(WrKind::kKeepalive)) {
+      keepalive_outstanding_ = false;
+    }
+  }
+  if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
+    // After a local close or an earlier failure, flushed work requests are
+    // the expected end of everything still queued.
+    if (wc.status == IBV_WC_WR_FLUSH_ERR && (closing_ || !failure_.ok())) {
+      return;
+    }
+    const std::string detail = DescribeFailedCompletion(name_, wc);
+    // A QP or CQ the device failed flushes its work: the async event, if
+    // one came, is the reason to report.
+    CheckAsyncEventsLocked(detail);
+    FailLocked(absl::Status(CodeForCompletion(wc.status), detail));
+    return;
+  }
+  ++completions_;
+  if (kind != static_cast<uint8_t>(WrKind::kRecv)) return;
+
+  if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
+    FailLocked(absl::InternalError(absl::StrCat(
+        name_, ": protocol error: a message arrived without immediate data")));
+    return;
+  }
+  const uint32_t imm = ntohl(wc.imm_data);
+  send_credits_.Return(ImmCredits(imm));
+  const uint32_t slot = static_cast<uint32_t>(value);
+  switch (ImmKindOf(imm)) {
+    case ImmKind::kData: {
+      const size_t tail = (arrived_head_ + arrived_count_) % arrived_.size();
+      arrived_[tail] = {slot, wc.byte_len};
+      ++arrived_count_;
+      break;
+    }
+    case ImmKind::kCredit:
+      ++stats_.credit_messages_received;
+      if (RepostLocked(slot).ok()) owed_credits_.Add(1);
+      break;
+    case ImmKind::kClose:
+      peer_closed_ = true;
+      break;
+    default:
+      FailLocked(absl::InternalError(absl::StrCat(
+          name_, ": protocol error: unknown message kind in immediate 0x",
+          absl::Hex(imm))));
+      break;
+  }
+}
+
+bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
+  if (cq_ == nullptr) return false;
+  ibv_wc wcs[kPollBatch];
+  absl::StatusOr<int> polled = verbs_.PollCq(cq_, kPollBatch, wcs);
+  if (!polled.ok()) [[unlikely]] {
+    // Callers see failure_; no progress was made. A CQ the device failed
+    // says why in an async event.
+    CheckAsyncEventsLocked(std::string(polled.status().message()));
+    FailLocked(WithContext(polled.status(), name_));
+    return false;
+  }
+  if (*polled == 0) return false;
+  for (int i = 0; i < *polled; ++i) HandleCompletionLocked(wcs[i]);
+  MaybeReturnCreditsLocked();
+  // kEvent: a message this thread took off the CQ (while waiting in Send(),
+  // say) is announced now, not when the thread leaves.
+  if (ready_fd_ >= 0 && !ready_set_) UpdateReadinessLocked();
+  NotifyLocked();
+  return true;
+}
+
+void Connection::DrainCqLocked(std::unique_lock<std::mutex>& lock) {
+  while (PollOnceLocked(lock)) {
+  }
+}
+
+absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
+                                    uint64_t token, Deadline deadline) {
+  const bool busy = options_.progress == ProgressMode::kBusyPoll;
+  // kBusyPoll: most turns only let the other thread in and
+  // pause; every kSpinTurns-th looks at the clock and the fds and yields.
+  if (busy && ++spin_turns_ < kSpinTurns) {
+    // Let in a thread that is waiting for the lock; otherwise keep it (each
+    // unlock/lock pair is two atomic operations, dear under emulation).
+    if (entering_.load(std::memory_order_relaxed) > 0) {
+      lock.unlock();
+      CpuRelax();
+      lock.lock();
+    } else {
+      CpuRelax();
+    }
+    return absl::OkStatus();
+  }
+  spin_turns_ = 0;
+  const Deadline now = env_.Now();
+  ServiceLocked(lock, false, false);
+  CheckStalledLocked(now);
+  if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
+  if (MaybeKeepaliveLocked(now)) return absl::OkStatus();
+  if (now >= deadline) {
+    // The last look before giving up: what the device has said meanwhile.
+    CheckAsyncEventsLocked();
+    if (!failure_.ok()) return absl::OkStatus();
+    // Before giving up in kEvent mode, consume the channel's events and arm
+    // the CQ, so that a caller polling event_fd() is woken by the next
+    // completion. A completion that slipped in meanwhile is progress.
+    if (!busy && !event_waiter_ && cq_ != nullptr) {
+      DrainChannelLocked();
+      if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
+        FailLocked(WithContext(status, name_));
+        return absl::OkStatus();
+      }
+      cq_armed_ = true;
+      if (PollOnceLocked(lock)) return absl::OkStatus();
+    }
+    return absl::DeadlineExceededError("deadline");
+  }
+  const Deadline wake = std::min(deadline, NextTimerLocked());
+
+  // The fds every wait watches: the setup stream (the peer's process), the
+  // device's async events, and in kEvent mode the completion channel and
+  // the wakeup eventfd.
+  pollfd fds[4];
+  int count = 0;
+  int setup_index = -1;
+  int async_index = -1;
+  int channel_index = -1;
+  int wakeup_index = -1;
+  if (setup_watched_) {
+    setup_index = count;
+    fds[count++] = {setup_.fd(), POLLIN, 0};
+  }
+  if (const int async = context_.async_fd(); async >= 0) {
+    async_index = count;
+    fds[count++] = {async, POLLIN, 0};
+  }
+  if (!busy) {
+    if (event_waiter_) {
+      // Another thread (the leader) sleeps on the channel; follow it.
+      SleepLocked(lock, token, std::min(wake, now + kFollowerWait));
+      return absl::OkStatus();
+    }
+    event_waiter_ = true;
+    if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
+      event_waiter_ = false;
+      FailLocked(WithContext(status, name_));
+      return absl::OkStatus();
+    }
+    cq_armed_ = true;
+    // A completion that arrived before the CQ was armed raises no event.
+    if (PollOnceLocked(lock)) {
+      event_waiter_ = false;
+      return absl::OkStatus();
+    }
+    channel_index = count;
+    fds[count++] = {channel_->fd, POLLIN, 0};
+    wakeup_index = count;
+    fds[count++] = {wakeup_fd_, POLLIN, 0};
+  }
+  lock.unlock();
+  const int ready = env_.Wait(token, {fds, static_cast<size_t>(count)}, wake,
+                              busy ? WaitKind::kSpin : WaitKind::kBlock);
+  lock.lock();
+  if (!busy) event_waiter_ = false;
+  auto readable = [&](int index) {
+    return ready > 0 && index >= 0 && fds[index].revents != 0;
+  };
+  if (readable(channel_index)) DrainChannelLocked();
+  if (readable(wakeup_index)) {
+    uint64_t value;
+    (void)!read(wakeup_fd_, &value, sizeof(value));
+  }
+  ServiceLocked(lock, readable(setup_index), readable(async_index));
+  if (!busy) NotifyLocked();
+  return absl::OkStatus();
+}
+
+void Connection::DrainChannelLocked() {
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+  while (verbs_.GetCqEvent(channel_, &cq, &cq_context).ok()) {
+    verbs_.AckCqEvents(cq, 1);
+    cq_armed_ = false;  // an event disarms the CQ
+  }
+}
+
+void Connection::LeaveLocked(std::unique_lock<std::mutex>& lock) {
+  if (options_.progress != ProgressMode::kEvent || cq_ == nullptr) return;
+  if (!cq_armed_ && failure_.ok() && !closed_) {
+    if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); status.ok()) {
+      cq_armed_ = true;
+    } else {
+      FailLocked(WithContext(status, name_));
+    }
+    // What arrived before the CQ was armed raises no event: take it now.
+    DrainCqLocked(lock);
+  }
+  UpdateReadinessLocked();
+}
+
+void Connection::UpdateReadinessLocked() {
+  if (ready_fd_ < 0) return;
+  const bool ready = arrived_count_ > 0 || !failure_.ok() || peer_closed_ ||
+                     closing_ || closed_;
+  if (ready == ready_set_) return;
+  uint64_t value = 1;
+  if (ready) {
+    (void)!write(ready_fd_, &value, sizeof(value));
+  } else {
+    (void)!read(ready_fd_, &value, sizeof(value));
+  }
+  ready_set_ = ready;
+}
+
+void Connection::SleepLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
+                             Deadline until, WaitKind kind) {
+  if (env_.virtual_time() || kind == WaitKind::kSpin) {
+    lock.unlock();
+    env_.Wait(token, {}, until, kind);
+    lock.lock();
+  } else {
+    cv_.wait_until(lock, until);
+  }
+}
+
+}  // namespace rdma_transport

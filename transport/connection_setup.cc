@@ -1,0 +1,226 @@
+// File: transport/connection_setup.cc
+//
+// Building and establishing a Connection: the queues (CQ, QP in RESET,
+// completion channel, readiness fds), the registered rings and probe slot,
+// the QP brought up against the peer's endpoint, and the setup stream
+// adopted. ConnectionSetup (connection_setup.h) is what calls these.
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "transport/connection.h"
+#include "transport/handshake.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+constexpr size_t kProbeSlotSize = 64;
+
+size_t RoundUp(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+absl::Status Connection::CreateQueues() {
+  const ConnectionOptions& o = options_;
+  if (o.recv_slots < kMinRecvSlots || o.recv_slots > kMaxRecvSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("recv_slots ", o.recv_slots, " out of range ",
+                     kMinRecvSlots, "..", kMaxRecvSlots));
+  }
+  if (o.send_slots < 2 || o.send_slots > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("send_slots ", o.send_slots, " out of range 2..65535"));
+  }
+  if (o.max_message_size > kMaxSlotSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_size ", o.max_message_size, " exceeds ",
+                     kMaxSlotSize, "; carry large payloads with Write()"));
+  }
+  if (o.credit_batch > o.recv_slots - 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "credit_batch ", o.credit_batch, " exceeds recv_slots - 2 = ",
+        o.recv_slots - 2, ": the peer could be left unable to send"));
+  }
+  if (o.max_rdma_batch < 1 || o.max_rdma_batch > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_rdma_batch ", o.max_rdma_batch, " out of range 1..4096"));
+  }
+  sq_depth_ = o.send_slots + o.max_rdma_batch + 4;
+  const int device_max_wr = context_.device_attr().max_qp_wr;
+  if (device_max_wr > 0 &&
+      (sq_depth_ > static_cast<uint32_t>(device_max_wr) ||
+       o.recv_slots > static_cast<uint32_t>(device_max_wr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("send queue of ", sq_depth_, " or receive queue of ",
+                     o.recv_slots, " work requests exceeds ",
+                     context_.device_name(), "'s max_qp_wr ", device_max_wr));
+  }
+  signal_interval_ = std::clamp<uint32_t>(o.send_slots / 4, 1, 16);
+  if (o.completion_timeout.count() > 0) {
+    watchdog_armed_ = true;
+    completion_timeout_ = o.completion_timeout;
+  } else if (o.completion_timeout.count() == 0) {
+    // Soft-RoCE retransmits forever to a dead peer on the kernels we run
+    // (docs/soft-roce.md); other providers complete with RETRY_EXC_ERR.
+    watchdog_armed_ = context_.device_attr().vendor_id == kVendorSoftRoce;
+    const TransportConfig& config = context_.config();
+    const auto retry_budget = std::chrono::nanoseconds(
+        4096ll * (1ll << config.ack_timeout) * (config.retry_count + 1));
+    completion_timeout_ =
+        std::max<Clock::duration>(4 * retry_budget, std::chrono::seconds(2));
+  }
+  sq_bytes_.assign(sq_depth_, 0);
+
+  if (o.progress == ProgressMode::kEvent) {
+    absl::StatusOr<ibv_comp_channel*> channel =
+        verbs_.CreateCompChannel(context_.device());
+    if (!channel.ok()) return channel.status();
+    channel_ = *channel;
+    int flags = fcntl(channel_->fd, F_GETFL);
+    if (flags < 0 || fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+      return VerbsError("fcntl(completion channel, O_NONBLOCK)", errno);
+    }
+    wakeup_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wakeup_fd_ < 0) return VerbsError("eventfd", errno);
+    ready_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ready_fd_ < 0) return VerbsError("eventfd", errno);
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) return VerbsError("epoll_create1", errno);
+    for (int fd : {ready_fd_, channel_->fd, context_.async_fd()}) {
+      if (fd < 0) continue;
+      epoll_event event = {};
+      event.events = EPOLLIN;
+      event.data.fd = fd;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+        return VerbsError("epoll_ctl(EPOLL_CTL_ADD)", errno);
+      }
+    }
+  }
+  absl::StatusOr<ibv_cq*> cq = verbs_.CreateCq(
+      context_.device(), sq_depth_ + o.recv_slots + 1, this, channel_, 0);
+  if (!cq.ok()) return cq.status();
+  cq_ = *cq;
+
+  RcQpCaps caps;
+  caps.max_send_wr = sq_depth_;
+  caps.max_recv_wr = o.recv_slots;
+  caps.max_send_sge = 1;
+  caps.max_recv_sge = 1;
+  absl::StatusOr<NegotiatedQp> qp = context_.CreateRcQp(caps, cq_, cq_);
+  if (!qp.ok()) return qp.status();
+  inline_ = *std::move(qp);
+  context_.RegisterListener(this, inline_.qp, cq_);
+  registered_ = true;
+
+  arrived_.assign(o.recv_slots, {0, 0});
+  send_slot_seq_.assign(o.send_slots, 0);
+  rdma_wrs_.assign(o.max_rdma_batch, ibv_send_wr{});
+  rdma_sges_.assign(o.max_rdma_batch, ibv_sge{});
+  return absl::OkStatus();
+}
+
+absl::Status Connection::CreateBuffers() {
+  const ConnectionOptions& o = options_;
+  slot_size_ = std::max<uint32_t>(o.max_message_size, 64);
+  const size_t send_bytes = RoundUp(size_t{slot_size_} * o.send_slots, 4096);
+  const size_t recv_bytes = RoundUp(size_t{slot_size_} * o.recv_slots, 4096);
+  send_buffer_.reset(
+      static_cast<std::byte*>(std::aligned_alloc(4096, send_bytes)));
+  recv_buffer_.reset(
+      static_cast<std::byte*>(std::aligned_alloc(4096, recv_bytes)));
+  if (!send_buffer_ || !recv_buffer_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "allocating ", send_bytes + recv_bytes, " bytes of message rings"));
+  }
+  absl::StatusOr<MemoryRegion> send_ring = context_.RegisterMemory(
+      {send_buffer_.get(), send_bytes}, MemoryAccess::kLocalOnly);
+  if (!send_ring.ok()) return send_ring.status();
+  send_ring_ = *std::move(send_ring);
+  absl::StatusOr<MemoryRegion> recv_ring = context_.RegisterMemory(
+      {recv_buffer_.get(), recv_bytes}, MemoryAccess::kLocalWrite);
+  if (!recv_ring.ok()) return recv_ring.status();
+  recv_ring_ = *std::move(recv_ring);
+  // The peer's probes land here; nothing ever reads it.
+  probe_buffer_.reset(
+      static_cast<std::byte*>(std::aligned_alloc(64, kProbeSlotSize)));
+  if (!probe_buffer_) {
+    return absl::ResourceExhaustedError("allocating the probe slot");
+  }
+  absl::StatusOr<MemoryRegion> probe = context_.RegisterMemory(
+      {probe_buffer_.get(), kProbeSlotSize}, MemoryAccess::kRemoteWrite);
+  if (!probe.ok()) return probe.status();
+  probe_slot_ = *std::move(probe);
+  return absl::OkStatus();
+}
+
+absl::Status Connection::CreateResources() {
+  if (absl::Status status = CreateQueues(); !status.ok()) return status;
+  return CreateBuffers();
+}
+
+QpEndpoint Connection::LocalEndpoint() const {
+  return context_.Endpoint(inline_.qp, psn_);
+}
+
+RemoteRegion Connection::ProbeTarget() const { return probe_slot_.remote(); }
+
+void Connection::AdoptSetupStream(Socket stream) {
+  std::unique_lock<std::mutex> lock(mu_);
+  handshake_done_ = true;
+  setup_ = std::move(stream);
+  setup_watched_ = setup_.valid();
+  if (setup_watched_ && epoll_fd_ >= 0) {
+    epoll_event event = {};
+    event.events = EPOLLIN | EPOLLRDHUP;
+    event.data.fd = setup_.fd();
+    (void)epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, setup_.fd(), &event);
+  }
+}
+
+absl::Status Connection::Establish(const QpEndpoint& remote,
+                                   uint32_t peer_recv_slots,
+                                   uint32_t peer_slot_size,
+                                   const RemoteRegion& peer_probe,
+                                   const ConnectionPath& path) {
+  QpPathSettings settings;
+  settings.max_rd_atomic = path.max_rd_atomic;
+  settings.max_dest_rd_atomic = path.max_dest_rd_atomic;
+  settings.traffic_class = path.traffic_class;
+  settings.service_level = path.service_level;
+  if (absl::Status status =
+          context_.ConnectRcQp(inline_.qp, psn_, remote, settings);
+      !status.ok()) {
+    return WithContext(status, name_);
+  }
+  path_ = path;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (uint32_t slot = 0; slot < options_.recv_slots; ++slot) {
+    if (absl::Status status = RepostLocked(slot); !status.ok()) {
+      return WithContext(status, name_);
+    }
+  }
+  send_credits_ = SendCredits(peer_recv_slots);
+  send_limit_ = std::min(options_.max_message_size, peer_slot_size);
+  peer_probe_ = peer_probe;
+  established_ = true;
+  last_activity_ = env_.Now();
+  LeaveLocked(lock);
+  return absl::OkStatus();
+}
+
+void Connection::SetPeerProbe(const RemoteRegion& peer_probe) {
+  std::unique_lock<std::mutex> lock(mu_);
+  peer_probe_ = peer_probe;
+}
+
+}  // namespace rdma_transport

@@ -6,6 +6,8 @@
 // old way, READY with registered rings and ESTABLISHED, and REJECT with a
 // reason. Which sockets get served is the admission tables' (listener.cc).
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -54,6 +56,15 @@ void Listener::Reject(Pending& pending, const std::string& reason,
   // Best effort: the peer may be gone or not reading.
   (void)SendFrame(env_, pending.socket.fd(), reject,
                   env_.DeadlineIn(std::chrono::milliseconds(100)));
+  // What the peer sent and nobody read (a HELLO only peeked at, a READY in
+  // flight) would make close() answer with a reset, which can destroy the
+  // REJECT before the peer reads it: take it first, so the close is a FIN.
+  uint8_t unread[kHandshakeHeaderSize + kMaxHandshakeBody];
+  for (int i = 0; i < 4; ++i) {
+    if (recv(pending.socket.fd(), unread, sizeof(unread), MSG_DONTWAIT) <= 0) {
+      break;
+    }
+  }
   Forget(pending, counter, reason);
 }
 

@@ -6,26 +6,7 @@
 set -u
 pingpong="$1"
 bw="$2"
-failures=0
-
-# expect NAME WANT_RC PATTERN -- COMMAND...: COMMAND exits WANT_RC ("nonzero"
-# for any failure) and prints PATTERN (grep -E) on stdout or stderr.
-expect() {
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ "$want" == nonzero && $rc -eq 0 ]] || [[ "$want" != nonzero && $rc -ne $want ]]; then
-    echo "FAIL $name: exit $rc, want $want; output:"; echo "$out" | head -20
-    failures=$((failures + 1))
-  elif ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: no /$pattern/ in:"; echo "$out" | head -20
-    failures=$((failures + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/cli_expect.sh"
 
 for flag in backend device peer_device profile gid_index inline tc progress \
     server listen connect self timeout token csv json sizes iterations warmup; do
@@ -48,8 +29,4 @@ expect "two modes" 2 "choose one of --server" -- "$bw" --self --server
 expect "unknown profile" nonzero "cx7" -- "$pingpong" --profile=cx99
 expect "a short run" 0 "inline" -- "$pingpong" --self --iterations=20 --warmup=2 --sizes=8
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "all checks passed"
+finish

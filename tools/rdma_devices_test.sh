@@ -5,26 +5,7 @@
 #   bazel test //tools:rdma_devices_test
 set -u
 devices="$1"
-failures=0
-
-# expect NAME WANT_RC PATTERN -- COMMAND...: COMMAND exits WANT_RC and prints
-# PATTERN (grep -E) on stdout or stderr.
-expect() {
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $want ]]; then
-    echo "FAIL $name: exit $rc, want $want; output:"; echo "$out" | head -20
-    failures=$((failures + 1))
-  elif ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: no /$pattern/ in:"; echo "$out" | head -20
-    failures=$((failures + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/cli_expect.sh"
 
 tc_file='/sys/class/infiniband/sim_cx7_0/tc/1/traffic_class'
 expect "override shown" 0 \
@@ -63,8 +44,4 @@ expect "override without --sim" 2 "--sim_tc_override needs --sim" \
 expect "unknown profile" 2 "--sim=cx99: .*known: cx6" -- "$devices" --sim=cx99
 expect "unknown argument" 2 'unknown argument "--bogus"' -- "$devices" --bogus
 
-if [[ $failures -ne 0 ]]; then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "all checks passed"
+finish

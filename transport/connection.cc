@@ -36,7 +36,8 @@ Connection::Connection(const Context& context, const ConnectionOptions& options,
       options_(options),
       name_(std::move(name)),
       owed_credits_(options.credit_batch != 0 ? options.credit_batch
-                                              : options.recv_slots / 2) {
+                                              : options.recv_slots / 2),
+      engine_(options.engine) {
   std::random_device random;
   psn_ = random() & 0xffffff;
 }

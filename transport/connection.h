@@ -113,6 +113,7 @@
 #include "transport/context.h"
 #include "transport/credits.h"
 #include "transport/deadline.h"
+#include "transport/engine.h"
 #include "transport/memory_region.h"
 #include "transport/negotiation.h"
 #include "transport/peer_region.h"
@@ -160,6 +161,11 @@ struct ConnectionOptions {
   // Extensions Connect() adds to its HELLO as they are: types this version
   // does not know, to test that a server skips what a later version sends.
   std::vector<HandshakeExtension> extra_hello_extensions;
+  // The engine (engine.h) whose completion queue this connection shares and
+  // which carries its asynchronous operations; it must be on the same
+  // Context and outlive the connection. nullptr: a CQ of the connection's
+  // own, as before, and no PostWrite()/PostRead().
+  Engine* engine = nullptr;
 };
 
 struct ConnectionStats {
@@ -219,6 +225,25 @@ class Connection final : private AsyncEventListener {
   absl::Status Write(std::span<const RdmaOp> ops);
   absl::Status Read(std::span<const RdmaOp> ops);
 
+  // Asynchronous one-sided transfers, on a connection with an engine
+  // (ConnectionOptions::engine). Checks every op as Write()/Read() do, posts
+  // them all at once (each op's last work request signalled) and returns
+  // the handle of the first; op i is handle + i, and each ends once in the
+  // engine's NextCompletion() (engine.h: COMPLETED, FAILED, OUTCOME_UNKNOWN),
+  // in order. Never waits. All or nothing: kResourceExhausted when the send
+  // queue (less two entries kept for control messages), the connection's
+  // operation slots (one per send queue entry) or the engine's max_async_ops
+  // have no room for the whole batch now - drive the engine and post again;
+  // kFailedPrecondition without an engine; the errors of Write()/Read()
+  // for bad ops; the connection's failure once it has failed. The memory
+  // must stay registered and untouched (READ targets: unread) until the
+  // op's completion is taken. Pieces are cut as Write() cuts them; unlike
+  // Write(), no cap on bytes in flight (kSoftRoceInFlightBytes) applies yet.
+  absl::StatusOr<OpHandle> PostWrite(std::span<const RdmaOp> ops);
+  absl::StatusOr<OpHandle> PostRead(std::span<const RdmaOp> ops);
+  // Asynchronous operations posted and not yet ended.
+  size_t async_ops_in_flight() const;
+
   // Opens [offset, offset + length) of `region` to this connection's peer
   // only, with `access` (kRemoteRead and/or kRemoteWrite); returns the
   // descriptor to hand to the peer (peer_region.h). Posts one signalled
@@ -267,6 +292,7 @@ class Connection final : private AsyncEventListener {
 
  private:
   friend class ConnectionSetup;
+  friend class Engine;
   friend class ConnectionTestPeer;  // tests/connection_test_peer.h
 
   class CallScope;
@@ -370,6 +396,30 @@ class Connection final : private AsyncEventListener {
   absl::Status CheckRdmaOps(std::span<const RdmaOp> ops, bool is_write) const;
   void TearDownLocked();
 
+  // The engine's side (engine.cc calls these, with no lock held).
+  // Completions for this connection, in the order polled.
+  void EngineDispatch(std::span<const ibv_wc> wcs);
+  // Liveness, as a wait would: `setup_readable` when fd() reported the
+  // setup stream. Returns when this connection's next timer is due.
+  Deadline EngineService(Deadline now, bool setup_readable);
+  // The engine's CQ failed: so has this connection.
+  void EngineFail(const absl::Status& status);
+
+  // Asynchronous operations (connection_async.cc), with mu_ held.
+  absl::StatusOr<OpHandle> PostAsyncLocked(std::span<const RdmaOp> ops,
+                                           bool is_write);
+  // A send-queue completion of sequence `seq` with `status`: ends the
+  // operations it decides, in order.
+  void EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status);
+  // After a failure: the QP to ERR once (so every operation gets a flush
+  // completion), and the rest ended when the queue is drained or the flush
+  // did not come within kFlushWait.
+  void AdvanceAsyncAfterFailureLocked(Deadline now);
+  // Ends every operation still in flight (the QP is gone or never flushed).
+  void EndAllAsyncOpsLocked(const absl::Status& why);
+  void EndAsyncOpLocked(OpOutcome outcome, absl::Status status);
+  // The longest piece one work request of Write()/Read()/PostWrite() moves.
+  uint64_t MaxRdmaPieceLocked() const;
   const Context& context_;
   Verbs& verbs_;
   Env& env_;
@@ -471,6 +521,27 @@ class Connection final : private AsyncEventListener {
   // ones are dropped at the next bind, the rest at teardown.
   std::vector<std::shared_ptr<BoundWindow>> windows_;
   uint32_t slot_size_ = 0;
+
+  // The engine's slot of this connection (wr_id.h), when it has an engine.
+  Engine* const engine_;
+  uint32_t engine_slot_ = 0;
+  bool engine_attached_ = false;
+  uint64_t engine_dispatched_ = 0;  // completions the engine handed over
+
+  // Asynchronous operations in flight, oldest first (a ring of sq_depth_).
+  struct AsyncOp {
+    OpHandle handle = 0;
+    uint64_t first_seq = 0;
+    uint64_t last_seq = 0;
+    uint64_t length = 0;
+    bool is_write = false;
+  };
+  std::vector<AsyncOp> async_ops_;
+  size_t async_head_ = 0;
+  size_t async_count_ = 0;
+  bool async_error_seen_ = false;  // a send completion in error came
+  bool async_quiescing_ = false;   // the QP was moved to ERR for them
+  Deadline async_flush_deadline_;
 
   ConnectionStats stats_;
 };

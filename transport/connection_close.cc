@@ -91,8 +91,15 @@ void Connection::TearDownLocked() {
     report(verbs_.DestroyQp(inline_.qp));
     inline_.qp = nullptr;
   }
+  // Whatever is still in flight ends now: the QP that carried it is gone.
+  if (async_count_ > 0) {
+    EndAllAsyncOpsLocked(
+        !failure_.ok() ? failure_
+                       : absl::FailedPreconditionError(absl::StrCat(
+                             name_, ": the connection was closed")));
+  }
   if (cq_ != nullptr) {
-    report(verbs_.DestroyCq(cq_));
+    if (engine_ == nullptr) report(verbs_.DestroyCq(cq_));
     cq_ = nullptr;
   }
   if (channel_ != nullptr) {
@@ -107,6 +114,10 @@ void Connection::TearDownLocked() {
       ::close(*fd);
       *fd = -1;
     }
+  }
+  if (engine_attached_) {
+    engine_->Detach(engine_slot_);
+    engine_attached_ = false;
   }
   setup_watched_ = false;
   setup_.Close();

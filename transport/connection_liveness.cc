@@ -127,6 +127,7 @@ void Connection::ReadSetupStreamLocked(std::unique_lock<std::mutex>& lock) {
   if (epoll_fd_ >= 0) {
     (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, setup_.fd(), nullptr);
   }
+  if (engine_attached_) engine_->WatchSetupStream(engine_slot_, -1);
   if (peer_goodbye_) return;  // a Close(): its close message says the rest
   // What arrived before the peer died is still delivered.
   DrainCqLocked(lock);

@@ -25,7 +25,7 @@ absl::Status Connection::RepostLocked(uint32_t slot) {
   sge.length = slot_size_;
   sge.lkey = recv_ring_.lkey();
   ibv_recv_wr wr = {};
-  wr.wr_id = MakeWrId(WrKind::kRecv, slot);
+  wr.wr_id = MakeWrId(WrKind::kRecv, engine_slot_, slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
@@ -84,7 +84,7 @@ absl::Status Connection::Send(std::span<const std::byte> message,
 
   ibv_sge sge;
   ibv_send_wr wr = {};
-  wr.wr_id = MakeWrId(WrKind::kSendData, 0);
+  wr.wr_id = MakeWrId(WrKind::kSendData, engine_slot_, 0);
   wr.opcode = IBV_WR_SEND_WITH_IMM;
   wr.imm_data = htonl(EncodeImm(ImmKind::kData, owed_credits_.Take()));
   wr.sg_list = &sge;

@@ -63,21 +63,26 @@ absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
   return absl::OkStatus();
 }
 
-absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
-                                    std::span<const RdmaOp> ops,
-                                    bool is_write) {
+uint64_t Connection::MaxRdmaPieceLocked() const {
   // An op longer than the port's max_msg_sz (8 MiB on rxe) goes as several
-  // work requests: pieces of at most `max_piece` bytes.
+  // work requests: pieces of at most this many bytes.
   // With the watchdog armed, pieces of at most kWatchdogPieceBytes, so that
   // each completion it waits for is a bounded amount of work.
   const uint64_t port_limit = context_.port_attr().max_msg_sz;
   const bool soft_roce = context_.device_attr().vendor_id == kVendorSoftRoce;
-  const uint64_t max_piece = std::min<uint64_t>(
+  return std::min<uint64_t>(
       std::min<uint64_t>(port_limit > 0 ? port_limit : (1ull << 31),
                          1ull << 30),
       soft_roce         ? kSoftRoceInFlightBytes
       : watchdog_armed_ ? kWatchdogPieceBytes
                         : ~uint64_t{0});
+}
+
+absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
+                                    std::span<const RdmaOp> ops,
+                                    bool is_write) {
+  const bool soft_roce = context_.device_attr().vendor_id == kVendorSoftRoce;
+  const uint64_t max_piece = MaxRdmaPieceLocked();
   const uint64_t max_batch_bytes =
       soft_roce ? kSoftRoceInFlightBytes : ~uint64_t{0};
   size_t op_index = 0;
@@ -99,7 +104,7 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
       sge.lkey = op.local->lkey();
       ibv_send_wr& wr = rdma_wrs_[batch];
       wr = ibv_send_wr{};
-      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, 0);
+      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
       wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
       wr.sg_list = &sge;
       wr.num_sge = length > 0 ? 1 : 0;
@@ -235,7 +240,7 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
   auto window = std::make_shared<BoundWindow>(&verbs_, *mw);
   std::byte* start = region.data() + offset;
   ibv_send_wr wr = {};
-  wr.wr_id = MakeWrId(WrKind::kBind, 0);
+  wr.wr_id = MakeWrId(WrKind::kBind, engine_slot_, 0);
   wr.opcode = IBV_WR_BIND_MW;
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.bind_mw.mw = *mw;

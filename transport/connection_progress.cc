@@ -37,8 +37,11 @@ inline void CpuRelax() {
 void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   const uint8_t kind = WrIdKind(wc.wr_id);
   const uint64_t value = WrIdValue(wc.wr_id);
-  if (kind != static_cast<uint8_t>(WrKind::kRecv)) {
-    sq_completed_ = std::max(sq_completed_, value + 1);
+  const bool send_side = kind != static_cast<uint8_t>(WrKind::kRecv);
+  uint64_t seq = 0;
+  if (send_side) {
+    seq = SequenceFromWrIdValue(value, sq_posted_);
+    sq_completed_ = std::max(sq_completed_, seq + 1);
     if (kind == static_cast<uint8_t>(WrKind::kKeepalive)) {
       keepalive_outstanding_ = false;
     }
@@ -47,6 +50,7 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     // After a local close or an earlier failure, flushed work requests are
     // the expected end of everything still queued.
     if (wc.status == IBV_WC_WR_FLUSH_ERR && (closing_ || !failure_.ok())) {
+      if (send_side && async_count_ > 0) EndAsyncOpsLocked(seq, wc.status);
       return;
     }
     const std::string detail = DescribeFailedCompletion(name_, wc);
@@ -54,10 +58,14 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     // one came, is the reason to report.
     CheckAsyncEventsLocked(detail);
     FailLocked(absl::Status(CodeForCompletion(wc.status), detail));
+    if (send_side && async_count_ > 0) EndAsyncOpsLocked(seq, wc.status);
     return;
   }
   ++completions_;
-  if (kind != static_cast<uint8_t>(WrKind::kRecv)) return;
+  if (send_side) {
+    if (async_count_ > 0) EndAsyncOpsLocked(seq, IBV_WC_SUCCESS);
+    return;
+  }
 
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
     FailLocked(absl::InternalError(absl::StrCat(
@@ -91,6 +99,15 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
 
 bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
   if (cq_ == nullptr) return false;
+  if (engine_attached_) {
+    // The CQ is shared: the engine polls it and hands each completion to
+    // its connection, this one included (EngineDispatch takes mu_).
+    const uint64_t before = engine_dispatched_;
+    lock.unlock();
+    engine_->Progress();
+    lock.lock();
+    return engine_dispatched_ != before;
+  }
   ibv_wc wcs[kPollBatch];
   absl::StatusOr<int> polled = verbs_.PollCq(cq_, kPollBatch, wcs);
   if (!polled.ok()) [[unlikely]] {
@@ -117,7 +134,10 @@ void Connection::DrainCqLocked(std::unique_lock<std::mutex>& lock) {
 
 absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
                                     uint64_t token, Deadline deadline) {
-  const bool busy = options_.progress == ProgressMode::kBusyPoll;
+  // An engine's connection busy-polls: the engine's fd is the one to sleep
+  // on (engine.h).
+  const bool busy =
+      options_.progress == ProgressMode::kBusyPoll || engine_ != nullptr;
   // kBusyPoll: most turns only let the other thread in and
   // pause; every kSpinTurns-th looks at the clock and the fds and yields.
   if (busy && ++spin_turns_ < kSpinTurns) {
@@ -226,7 +246,10 @@ void Connection::DrainChannelLocked() {
 }
 
 void Connection::LeaveLocked(std::unique_lock<std::mutex>& lock) {
-  if (options_.progress != ProgressMode::kEvent || cq_ == nullptr) return;
+  if (options_.progress != ProgressMode::kEvent || cq_ == nullptr ||
+      engine_ != nullptr) {
+    return;
+  }
   if (!cq_armed_ && failure_.ok() && !closed_) {
     if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); status.ok()) {
       cq_armed_ = true;

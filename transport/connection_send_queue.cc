@@ -58,7 +58,7 @@ absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
                                                        uint32_t imm) {
   ibv_send_wr wr = {};
   ibv_sge sge = {};
-  wr.wr_id = MakeWrId(kind, 0);
+  wr.wr_id = MakeWrId(kind, engine_slot_, 0);
   wr.num_sge = 0;
   // Nothing to fetch either way; marked inline only where the QP has inline
   // data at all.
@@ -117,7 +117,7 @@ void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
     if (PollOnceLocked(lock)) continue;
     if (env_.Now() >= give_up) break;
     SleepLocked(lock, token, std::min(give_up, env_.Now() + kFollowerWait),
-                options_.progress == ProgressMode::kBusyPoll
+                options_.progress == ProgressMode::kBusyPoll || engine_
                     ? WaitKind::kSpin
                     : WaitKind::kBlock);
   }
@@ -135,6 +135,7 @@ void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
     (void)verbs_.DestroyQp(inline_.qp);
     inline_.qp = nullptr;
     sq_completed_ = sq_posted_;
+    if (async_count_ > 0) EndAllAsyncOpsLocked(failure_);
   }
 }
 

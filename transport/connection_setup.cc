@@ -81,7 +81,14 @@ absl::Status Connection::CreateQueues() {
   }
   sq_bytes_.assign(sq_depth_, 0);
 
-  if (o.progress == ProgressMode::kEvent) {
+  if (engine_ != nullptr && &engine_->context() != &context_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the engine is on ", engine_->context().device_name(),
+                     "'s Context, not this connection's (",
+                     context_.device_name(), ")"));
+  }
+  // With an engine, its CQ and fd serve this connection: none of its own.
+  if (o.progress == ProgressMode::kEvent && engine_ == nullptr) {
     absl::StatusOr<ibv_comp_channel*> channel =
         verbs_.CreateCompChannel(context_.device());
     if (!channel.ok()) return channel.status();
@@ -106,10 +113,15 @@ absl::Status Connection::CreateQueues() {
       }
     }
   }
-  absl::StatusOr<ibv_cq*> cq = verbs_.CreateCq(
-      context_.device(), sq_depth_ + o.recv_slots + 1, this, channel_, 0);
-  if (!cq.ok()) return cq.status();
-  cq_ = *cq;
+  const uint32_t cq_entries = sq_depth_ + o.recv_slots + 1;
+  if (engine_ != nullptr) {
+    cq_ = engine_->cq();
+  } else {
+    absl::StatusOr<ibv_cq*> cq = verbs_.CreateCq(context_.device(), cq_entries,
+                                                 this, channel_, 0);
+    if (!cq.ok()) return cq.status();
+    cq_ = *cq;
+  }
 
   RcQpCaps caps;
   caps.max_send_wr = sq_depth_;
@@ -119,6 +131,14 @@ absl::Status Connection::CreateQueues() {
   absl::StatusOr<NegotiatedQp> qp = context_.CreateRcQp(caps, cq_, cq_);
   if (!qp.ok()) return qp.status();
   inline_ = *std::move(qp);
+  if (engine_ != nullptr) {
+    absl::StatusOr<uint32_t> slot =
+        engine_->Attach(this, inline_.qp->qp_num, cq_entries);
+    if (!slot.ok()) return slot.status();
+    engine_slot_ = *slot;
+    engine_attached_ = true;
+    async_ops_.assign(sq_depth_, AsyncOp{});
+  }
   context_.RegisterListener(this, inline_.qp, cq_);
   registered_ = true;
 
@@ -184,6 +204,9 @@ void Connection::AdoptSetupStream(Socket stream) {
     event.events = EPOLLIN | EPOLLRDHUP;
     event.data.fd = setup_.fd();
     (void)epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, setup_.fd(), &event);
+  }
+  if (setup_watched_ && engine_attached_) {
+    engine_->WatchSetupStream(engine_slot_, setup_.fd());
   }
 }
 

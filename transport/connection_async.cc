@@ -1,0 +1,307 @@
+// File: transport/connection_async.cc
+//
+// Asynchronous one-sided operations on a connection with an engine
+// (engine.h): PostWrite()/PostRead() post a whole batch at once and record
+// each op (its first and last send-queue sequence) in a ring of sq_depth_
+// slots; send-queue completions end them in order (RC completes in order,
+// and each op's last work request is signalled), and after a failure the
+// QP is moved to ERR so that every op still in flight ends with its flush.
+// Also the engine's side of the connection: dispatch and liveness service.
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "transport/connection.h"
+#include "transport/connection_internal.h"
+#include "transport/inline_size.h"
+#include "transport/qp_bringup.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+// Send-queue entries PostWrite()/PostRead() leave for credit returns, the
+// keepalive probe and the close message.
+constexpr uint32_t kControlReserve = 2;
+
+// Whether a WRITE whose first work request failed with `status` is known
+// not to have changed the peer's memory: the responder refused it, or our
+// own NIC did before sending it.
+bool RefusedBeforeEffect(ibv_wc_status status) {
+  switch (status) {
+    case IBV_WC_REM_ACCESS_ERR:
+    case IBV_WC_REM_INV_REQ_ERR:
+    case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_LOC_LEN_ERR:
+    case IBV_WC_LOC_QP_OP_ERR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<OpHandle> Connection::PostWrite(std::span<const RdmaOp> ops) {
+  if (absl::Status status = CheckRdmaOps(ops, true); !status.ok()) {
+    return status;
+  }
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  return PostAsyncLocked(ops, true);
+}
+
+absl::StatusOr<OpHandle> Connection::PostRead(std::span<const RdmaOp> ops) {
+  if (absl::Status status = CheckRdmaOps(ops, false); !status.ok()) {
+    return status;
+  }
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  return PostAsyncLocked(ops, false);
+}
+
+size_t Connection::async_ops_in_flight() const {
+  std::unique_lock<std::mutex> lock = Enter();
+  return async_count_;
+}
+
+absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
+    std::span<const RdmaOp> ops, bool is_write) {
+  if (engine_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": PostWrite()/PostRead() need a connection made with "
+               "ConnectionOptions::engine"));
+  }
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  if (peer_closed_) return PeerClosedError();
+  if (ops.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": no operations to post"));
+  }
+  const uint64_t max_piece = MaxRdmaPieceLocked();
+  uint64_t wrs = 0;
+  for (const RdmaOp& op : ops) {
+    wrs += op.length == 0 ? 1 : (op.length + max_piece - 1) / max_piece;
+  }
+  const uint64_t sq_free = sq_depth_ - (sq_posted_ - sq_completed_);
+  if (wrs + kControlReserve > sq_free ||
+      async_count_ + ops.size() > async_ops_.size() ||
+      !engine_->HasOpRoom(static_cast<uint32_t>(ops.size()))) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name_, ": no room for ", ops.size(), " operation(s) (", wrs,
+        " work requests; the send queue has ", sq_free, " of ", sq_depth_,
+        " entries free, ", kControlReserve, " kept for control messages; ",
+        async_count_, " operation(s) in flight); progress the engine and "
+        "post again"));
+  }
+
+  const OpHandle first = engine_->ReserveOps(static_cast<uint32_t>(ops.size()));
+  // Record every op before posting: seqs are those PostSendLocked() gives.
+  uint64_t seq = sq_posted_;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const uint64_t pieces =
+        ops[i].length == 0 ? 1 : (ops[i].length + max_piece - 1) / max_piece;
+    AsyncOp& slot = async_ops_[(async_head_ + async_count_) % async_ops_.size()];
+    slot = {first + i, seq, seq + pieces - 1, ops[i].length, is_write};
+    ++async_count_;
+    seq += pieces;
+  }
+
+  // Post in chains of at most max_rdma_batch work requests.
+  size_t op_index = 0;
+  uint64_t op_offset = 0;
+  uint64_t unsignaled_bytes = 0;
+  while (op_index < ops.size()) {
+    uint32_t batch = 0;
+    while (batch < options_.max_rdma_batch && op_index < ops.size()) {
+      const RdmaOp& op = ops[op_index];
+      const uint64_t length = std::min(op.length - op_offset, max_piece);
+      ibv_sge& sge = rdma_sges_[batch];
+      sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset +
+                                            op_offset);
+      sge.length = static_cast<uint32_t>(length);
+      sge.lkey = op.local->lkey();
+      ibv_send_wr& wr = rdma_wrs_[batch];
+      wr = ibv_send_wr{};
+      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead,
+                          engine_slot_, 0);
+      wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+      wr.sg_list = &sge;
+      wr.num_sge = length > 0 ? 1 : 0;
+      wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset + op_offset;
+      wr.wr.rdma.rkey = op.remote.rkey;
+      if (is_write && ShouldSendInline(static_cast<uint32_t>(length),
+                                       inline_.usable_inline)) {
+        wr.send_flags |= IBV_SEND_INLINE;
+      }
+      unsignaled_bytes += length;
+      if (unsignaled_bytes >= kProgressSignalBytes) {
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        unsignaled_bytes = 0;
+      }
+      if (batch > 0) rdma_wrs_[batch - 1].next = &wr;
+      ++batch;
+      op_offset += length;
+      if (op_offset >= op.length) {
+        // Each op's last work request is signalled: its completion ends it.
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        unsignaled_bytes = 0;
+        ++op_index;
+        op_offset = 0;
+      }
+    }
+    if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
+        !status.ok()) {
+      // The connection has failed (PostSendLocked said so). Ops none of
+      // whose work requests were posted end FAILED now, newest first off
+      // the tail; the rest end with their completions or the flush.
+      while (async_count_ > 0) {
+        AsyncOp& last =
+            async_ops_[(async_head_ + async_count_ - 1) % async_ops_.size()];
+        if (last.first_seq < sq_posted_) break;
+        --async_count_;
+        Completion done;
+        done.handle = last.handle;
+        done.connection = this;
+        done.outcome = OpOutcome::kFailed;
+        done.status = status;
+        done.is_write = last.is_write;
+        done.length = last.length;
+        engine_->Finish(std::move(done));
+      }
+      // The async ring is FIFO, so the engine's queue gets these before the
+      // older ones: handles, not positions, name ops.
+      AdvanceAsyncAfterFailureLocked(env_.Now());
+      return first;
+    }
+    for (uint32_t i = 0; i < batch; ++i) {
+      stats_.rdma_bytes += rdma_sges_[i].length;
+    }
+  }
+  return first;
+}
+
+void Connection::EndAsyncOpLocked(OpOutcome outcome, absl::Status status) {
+  AsyncOp& op = async_ops_[async_head_];
+  Completion done;
+  done.handle = op.handle;
+  done.connection = this;
+  done.outcome = outcome;
+  done.status = std::move(status);
+  done.is_write = op.is_write;
+  done.length = op.length;
+  if (outcome == OpOutcome::kCompleted) {
+    ++(op.is_write ? stats_.rdma_writes : stats_.rdma_reads);
+  }
+  async_head_ = (async_head_ + 1) % async_ops_.size();
+  --async_count_;
+  engine_->Finish(std::move(done));
+}
+
+void Connection::EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status) {
+  const bool ok = status == IBV_WC_SUCCESS;
+  while (async_count_ > 0) {
+    const AsyncOp& op = async_ops_[async_head_];
+    if (op.first_seq > seq) break;
+    if (ok) {
+      if (op.last_seq > seq) break;
+      EndAsyncOpLocked(OpOutcome::kCompleted, absl::OkStatus());
+      continue;
+    }
+    if (op.last_seq < seq && !async_error_seen_) {
+      // RC: an error on `seq` means everything before it succeeded.
+      EndAsyncOpLocked(OpOutcome::kCompleted, absl::OkStatus());
+      continue;
+    }
+    OpOutcome outcome = OpOutcome::kFailed;
+    if (op.is_write) {
+      const bool refused = !async_error_seen_ && op.first_seq == seq &&
+                           RefusedBeforeEffect(status);
+      if (!refused) outcome = OpOutcome::kOutcomeUnknown;
+    }
+    EndAsyncOpLocked(outcome,
+                     !failure_.ok() ? failure_
+                                    : absl::UnavailableError(absl::StrCat(
+                                          name_, ": operation failed")));
+  }
+  if (!ok) async_error_seen_ = true;
+}
+
+void Connection::EndAllAsyncOpsLocked(const absl::Status& why) {
+  while (async_count_ > 0) {
+    const bool is_write = async_ops_[async_head_].is_write;
+    EndAsyncOpLocked(is_write ? OpOutcome::kOutcomeUnknown : OpOutcome::kFailed,
+                     why);
+  }
+}
+
+void Connection::AdvanceAsyncAfterFailureLocked(Deadline now) {
+  if (failure_.ok() || async_count_ == 0) return;
+  if (!async_quiescing_) {
+    async_quiescing_ = true;
+    async_flush_deadline_ = now + kFlushWait;
+    // Every op's last work request is signalled, so each gets its flush.
+    if (inline_.qp != nullptr) (void)ModifyQpToError(verbs_, inline_.qp);
+    return;
+  }
+  if (sq_completed_ >= sq_posted_) {
+    EndAllAsyncOpsLocked(failure_);
+    return;
+  }
+  if (now < async_flush_deadline_) return;
+  // The provider did not flush in time: destroying the QP guarantees the
+  // NIC no longer touches the memory (as QuiesceLocked does).
+  std::fprintf(stderr,
+               "rdma_transport: %s: %zu asynchronous operation(s) not flushed "
+               "within %lld ms of the failure; destroying the QP\n",
+               name_.c_str(), async_count_,
+               static_cast<long long>(kFlushWait.count()));
+  if (registered_) {
+    context_.UnregisterListener(this);
+    registered_ = false;
+  }
+  if (inline_.qp != nullptr) {
+    (void)verbs_.DestroyQp(inline_.qp);
+    inline_.qp = nullptr;
+  }
+  sq_completed_ = sq_posted_;
+  EndAllAsyncOpsLocked(failure_);
+}
+
+void Connection::EngineDispatch(std::span<const ibv_wc> wcs) {
+  std::unique_lock<std::mutex> lock = Enter();
+  for (const ibv_wc& wc : wcs) HandleCompletionLocked(wc);
+  engine_dispatched_ += wcs.size();
+  MaybeReturnCreditsLocked();
+  if (!failure_.ok() && async_count_ > 0) {
+    AdvanceAsyncAfterFailureLocked(env_.Now());
+  }
+  NotifyLocked();
+}
+
+Deadline Connection::EngineService(Deadline now, bool setup_readable) {
+  std::unique_lock<std::mutex> lock = Enter();
+  if (closed_ || !established_) return kNoDeadline;
+  // Inside a blocking call of this connection (which drives the engine),
+  // its own wait does all of this.
+  if (active_calls_ > 0) return kNoDeadline;
+  ServiceLocked(lock, setup_readable, false);
+  CheckStalledLocked(now);
+  if (failure_.ok()) (void)MaybeKeepaliveLocked(now);
+  Deadline wake = failure_.ok() ? NextTimerLocked() : kNoDeadline;
+  if (!failure_.ok() && async_count_ > 0) {
+    AdvanceAsyncAfterFailureLocked(now);
+    if (async_count_ > 0) wake = std::min(wake, async_flush_deadline_);
+  }
+  return wake;
+}
+
+void Connection::EngineFail(const absl::Status& status) {
+  std::unique_lock<std::mutex> lock = Enter();
+  if (closed_) return;
+  FailLocked(WithContext(status, name_));
+  if (async_count_ > 0) AdvanceAsyncAfterFailureLocked(env_.Now());
+}
+
+}  // namespace rdma_transport

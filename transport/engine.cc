@@ -1,0 +1,339 @@
+// File: transport/engine.cc
+//
+// The Engine (engine.h): the shared CQ and its channel, the slot table,
+// Progress() (poll a batch, dispatch runs of one connection's completions
+// to it), Wait() through the Env, liveness service and the queue of
+// finished asynchronous operations.
+
+#include "transport/engine.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "transport/connection.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+constexpr int kMaxPollBatch = 64;
+// epoll data of the channel and async fds; setup streams carry their slot.
+constexpr uint64_t kChannelTag = ~uint64_t{0};
+constexpr uint64_t kAsyncTag = ~uint64_t{0} - 1;
+constexpr int kMaxEvents = 64;
+
+}  // namespace
+
+const char* OpOutcomeName(OpOutcome outcome) {
+  switch (outcome) {
+    case OpOutcome::kCompleted:
+      return "COMPLETED";
+    case OpOutcome::kFailed:
+      return "FAILED";
+    case OpOutcome::kOutcomeUnknown:
+      return "OUTCOME_UNKNOWN";
+  }
+  return "?";
+}
+
+Engine::Engine(const Context& context, const EngineOptions& options)
+    : context_(context),
+      verbs_(context.verbs()),
+      env_(context.env()),
+      options_(options) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const Context& context, const EngineOptions& options) {
+  if (options.max_connections < 1 ||
+      options.max_connections > kMaxEngineSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_connections ", options.max_connections,
+                     " out of range 1..", kMaxEngineSlots));
+  }
+  if (options.poll_batch < 1 || options.poll_batch > kMaxPollBatch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "poll_batch ", options.poll_batch, " out of range 1..", kMaxPollBatch));
+  }
+  if (options.max_async_ops < 1) {
+    return absl::InvalidArgumentError("max_async_ops must be at least 1");
+  }
+  std::unique_ptr<Engine> engine(new Engine(context, options));
+  const int device_max = context.device_attr().max_cqe;
+  uint32_t entries = options.cq_entries;
+  if (entries == 0) {
+    entries = device_max > 0 ? std::min<uint32_t>(65536, device_max) : 65536;
+  }
+  if (device_max > 0 && entries > static_cast<uint32_t>(device_max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cq_entries ", entries, " exceeds ", context.device_name(),
+                     "'s max_cqe ", device_max));
+  }
+  Verbs& verbs = context.verbs();
+  absl::StatusOr<ibv_comp_channel*> channel =
+      verbs.CreateCompChannel(context.device());
+  if (!channel.ok()) return channel.status();
+  engine->channel_ = *channel;
+  const int flags = fcntl(engine->channel_->fd, F_GETFL);
+  if (flags < 0 ||
+      fcntl(engine->channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return VerbsError("fcntl(completion channel, O_NONBLOCK)", errno);
+  }
+  absl::StatusOr<ibv_cq*> cq = verbs.CreateCq(
+      context.device(), static_cast<int>(entries), engine.get(),
+      engine->channel_, 0);
+  if (!cq.ok()) return cq.status();
+  engine->cq_ = *cq;
+  engine->cq_entries_ = entries;
+  engine->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (engine->epoll_fd_ < 0) return VerbsError("epoll_create1", errno);
+  for (auto [fd, tag] : {std::pair{engine->channel_->fd, kChannelTag},
+                         std::pair{context.async_fd(), kAsyncTag}}) {
+    if (fd < 0) continue;
+    epoll_event event = {};
+    event.events = EPOLLIN;
+    event.data.u64 = tag;
+    if (epoll_ctl(engine->epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+      return VerbsError("epoll_ctl(EPOLL_CTL_ADD)", errno);
+    }
+  }
+  engine->slots_.assign(options.max_connections, Slot{});
+  engine->free_slots_.reserve(options.max_connections);
+  for (uint32_t i = options.max_connections; i > 0; --i) {
+    engine->free_slots_.push_back(i - 1);
+  }
+  engine->finished_.resize(options.max_async_ops);
+  return engine;
+}
+
+Engine::~Engine() {
+  if (attached_ > 0) {
+    std::fprintf(stderr,
+                 "rdma_transport: engine destroyed with %u connection(s) "
+                 "still attached; destroy connections before their engine\n",
+                 attached_);
+    std::abort();
+  }
+  if (cq_ != nullptr) {
+    if (absl::Status status = verbs_.DestroyCq(cq_); !status.ok()) {
+      std::fprintf(stderr, "rdma_transport: engine: %s\n",
+                   status.ToString().c_str());
+    }
+  }
+  if (channel_ != nullptr) (void)verbs_.DestroyCompChannel(channel_);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+}
+
+absl::StatusOr<uint32_t> Engine::Attach(Connection* connection,
+                                        uint32_t qp_num, uint32_t cq_entries) {
+  if (free_slots_.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the engine holds its maximum of ",
+                     options_.max_connections, " connections"));
+  }
+  if (cq_reserved_ + cq_entries > cq_entries_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the engine's completion queue has ", cq_entries_ - cq_reserved_,
+        " of ", cq_entries_, " entries left, the connection needs ",
+        cq_entries, " (EngineOptions::cq_entries)"));
+  }
+  const uint32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  slots_[slot] = {connection, qp_num, cq_entries, -1};
+  cq_reserved_ += cq_entries;
+  ++attached_;
+  return slot;
+}
+
+void Engine::Detach(uint32_t slot) {
+  Slot& s = slots_[slot];
+  if (s.connection == nullptr) return;
+  WatchSetupStream(slot, -1);
+  cq_reserved_ -= s.cq_entries;
+  s = Slot{};
+  free_slots_.push_back(slot);
+  --attached_;
+}
+
+void Engine::WatchSetupStream(uint32_t slot, int fd) {
+  Slot& s = slots_[slot];
+  if (s.setup_fd >= 0) {
+    (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s.setup_fd, nullptr);
+    s.setup_fd = -1;
+  }
+  if (fd < 0) return;
+  epoll_event event = {};
+  event.events = EPOLLIN | EPOLLRDHUP;
+  event.data.u64 = slot;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) == 0) s.setup_fd = fd;
+}
+
+OpHandle Engine::ReserveOps(uint32_t count) {
+  const OpHandle first = next_handle_;
+  next_handle_ += count;
+  ops_outstanding_ += count;
+  stats_.ops_posted += count;
+  return first;
+}
+
+void Engine::Finish(Completion completion) {
+  switch (completion.outcome) {
+    case OpOutcome::kCompleted:
+      ++stats_.ops_completed;
+      break;
+    case OpOutcome::kFailed:
+      ++stats_.ops_failed;
+      break;
+    case OpOutcome::kOutcomeUnknown:
+      ++stats_.ops_outcome_unknown;
+      break;
+  }
+  // Never full: ops_outstanding_ <= max_async_ops counts these too.
+  finished_[(finished_head_ + finished_count_) % finished_.size()] =
+      std::move(completion);
+  ++finished_count_;
+}
+
+std::optional<Completion> Engine::NextCompletion() {
+  if (finished_count_ == 0) return std::nullopt;
+  std::optional<Completion> done(std::move(finished_[finished_head_]));
+  finished_head_ = (finished_head_ + 1) % finished_.size();
+  --finished_count_;
+  --ops_outstanding_;
+  return done;
+}
+
+int Engine::Progress() {
+  ++stats_.progress_calls;
+  ibv_wc wcs[kMaxPollBatch];
+  absl::StatusOr<int> polled =
+      verbs_.PollCq(cq_, static_cast<int>(options_.poll_batch), wcs);
+  if (!polled.ok()) [[unlikely]] {
+    // The shared CQ failed (an overrun, say): every connection on it has.
+    context_.PollAsyncEvents();
+    const absl::Status status = WithContext(polled.status(), "engine CQ");
+    for (Slot& s : slots_) {
+      if (s.connection != nullptr) s.connection->EngineFail(status);
+    }
+    return 0;
+  }
+  const int n = *polled;
+  if (n == 0) {
+    if (++idle_turns_ >= kServiceInterval) {
+      idle_turns_ = 0;
+      uint32_t readable[kMaxEvents];
+      const size_t count = ReadEvents(readable);
+      (void)Service({readable, count});
+    }
+    return 0;
+  }
+  idle_turns_ = 0;
+  stats_.completions += n;
+  int i = 0;
+  while (i < n) {
+    const uint32_t slot = WrIdEngineSlot(wcs[i].wr_id);
+    int j = i + 1;
+    while (j < n && WrIdEngineSlot(wcs[j].wr_id) == slot &&
+           wcs[j].qp_num == wcs[i].qp_num) {
+      ++j;
+    }
+    Connection* connection =
+        slot < slots_.size() && slots_[slot].qp_num == wcs[i].qp_num
+            ? slots_[slot].connection
+            : nullptr;
+    if (connection != nullptr) [[likely]] {
+      connection->EngineDispatch({wcs + i, static_cast<size_t>(j - i)});
+    } else {
+      stats_.stale_completions += j - i;
+    }
+    i = j;
+  }
+  return n;
+}
+
+void Engine::DrainChannel() {
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+  while (verbs_.GetCqEvent(channel_, &cq, &cq_context).ok()) {
+    verbs_.AckCqEvents(cq, 1);
+    cq_armed_ = false;  // an event disarms the CQ
+  }
+}
+
+size_t Engine::ReadEvents(std::span<uint32_t> setup_readable) {
+  epoll_event events[kMaxEvents];
+  const int n = epoll_wait(epoll_fd_, events, kMaxEvents, 0);
+  size_t count = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t tag = events[i].data.u64;
+    if (tag == kChannelTag) {
+      DrainChannel();
+    } else if (tag == kAsyncTag) {
+      // Service() reads them.
+    } else if (count < setup_readable.size()) {
+      setup_readable[count++] = static_cast<uint32_t>(tag);
+    }
+  }
+  return count;
+}
+
+Deadline Engine::Service(std::span<const uint32_t> setup_readable) {
+  context_.PollAsyncEvents();
+  const Deadline now = env_.Now();
+  Deadline wake = kNoDeadline;
+  for (uint32_t slot = 0; slot < slots_.size(); ++slot) {
+    Connection* connection = slots_[slot].connection;
+    if (connection == nullptr) continue;
+    const bool readable =
+        std::find(setup_readable.begin(), setup_readable.end(), slot) !=
+        setup_readable.end();
+    wake = std::min(wake, connection->EngineService(now, readable));
+  }
+  // A timer due that could not act (a keepalive with the send queue full)
+  // is looked at again shortly, not spun on.
+  return std::max(wake, now + std::chrono::milliseconds(1));
+}
+
+absl::Status Engine::Wait(Deadline deadline) {
+  while (true) {
+    if (finished_count_ > 0) return absl::OkStatus();
+    const uint64_t token = env_.PrepareWait();
+    if (Progress() > 0) return absl::OkStatus();
+    if (!cq_armed_) {
+      if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
+        return WithContext(status, "engine: arming the CQ");
+      }
+      cq_armed_ = true;
+      // What arrived before the CQ was armed raises no event.
+      if (Progress() > 0) return absl::OkStatus();
+    }
+    uint32_t readable[kMaxEvents];
+    const size_t count = ReadEvents(readable);
+    const Deadline wake = Service({readable, count});
+    if (finished_count_ > 0) return absl::OkStatus();
+    if (env_.Now() >= deadline) {
+      return absl::DeadlineExceededError("engine: nothing before the deadline");
+    }
+    // The channel event (if any) was taken by ReadEvents; the CQ may need
+    // arming again before sleeping.
+    if (!cq_armed_) continue;
+    pollfd fd = {epoll_fd_, POLLIN, 0};
+    env_.Wait(token, {&fd, 1}, std::min(deadline, wake), WaitKind::kBlock);
+  }
+}
+
+EngineStats Engine::stats() const {
+  EngineStats stats = stats_;
+  stats.connections = attached_;
+  stats.cq_entries = cq_entries_;
+  stats.cq_entries_reserved = cq_reserved_;
+  return stats;
+}
+
+}  // namespace rdma_transport

@@ -1,0 +1,234 @@
+// File: transport/engine.h
+//
+// `Engine`: one progress engine for many connections of one device. It owns
+// one completion queue shared by the send and receive queues of every
+// connection attached to it, the completion channel behind one pollable fd,
+// and a preallocated dispatch table; one Progress() call drives them all.
+// It also carries asynchronous one-sided operations
+// (Connection::PostWrite/PostRead) to their end: each finished operation
+// comes out of NextCompletion() once, as COMPLETED, FAILED or
+// OUTCOME_UNKNOWN.
+//
+//   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(context);
+//   ConnectionOptions options;
+//   options.engine = engine->get();              // opt in; null: as before
+//   auto connection = Connect(context, "10.0.0.2:7471", options);
+//   absl::StatusOr<OpHandle> first = (*connection)->PostWrite(ops);  // at once
+//   size_t left = ops.size();
+//   while (left > 0) {
+//     if ((*engine)->Progress() == 0) (void)(*engine)->Wait(deadline);
+//     while (std::optional<Completion> done = (*engine)->NextCompletion()) {
+//       --left;  // done->handle - *first is the op's index in `ops`
+//       if (done->outcome != OpOutcome::kCompleted) ... done->status ...
+//     }
+//   }
+//
+// Dispatch. Every work request of an attached connection carries the
+// connection's slot in the engine in its wr_id (wr_id.h); a completion goes
+// to slots[slot] after a check that its qp_num is that connection's (a
+// completion left over from a connection that has gone is dropped). No
+// allocation, no lookup that allocates: the table is sized at Create().
+//
+// Capacity. The CQ holds `cq_entries` completions; a connection attaching
+// reserves its send queue plus its receive queue of them (about
+// send_slots + max_rdma_batch + 4 + recv_slots) and Connect()/Accept() fail
+// with kResourceExhausted when they are not left, as when all
+// `max_connections` slots are taken. Asynchronous operations posted and not
+// yet taken from NextCompletion() are bounded by `max_async_ops` across the
+// engine, and per connection by its send queue (see Connection::PostWrite).
+//
+// Blocking calls on an attached connection (Send, Receive, Write, Read,
+// Check, Close) keep their contracts: while they wait they drive the engine
+// (Progress()) themselves, so completions of the other connections are
+// dispatched meanwhile, and they busy-poll whatever the connection's
+// ProgressMode (the engine's fd is the one to sleep on).
+//
+// Liveness. The engine notices failures that come through the CQ (a retry
+// exhaustion, a flush) and, in Wait() and every kServiceInterval empty
+// Progress() calls, services its connections: the device's async events,
+// setup streams that closed (a peer process gone), keepalive probes and the
+// completion watchdog, exactly as a blocking call's wait does. A connection
+// that failed with asynchronous operations outstanding has its QP moved to
+// ERR so that each ends with a flush completion; a provider that does not
+// flush within kFlushWait gets the QP destroyed and the operations end then.
+//
+// Outcomes. COMPLETED: the NIC reported success. FAILED: the operation did
+// not take effect remotely (a READ that did not complete, a WRITE refused by
+// the responder's protection checks or by our own, or one never posted);
+// status says why. OUTCOME_UNKNOWN: a WRITE that was posted and did not
+// complete successfully on a QP that failed (retry exhaustion, flush): its
+// bytes may or may not have reached the peer. Every posted operation ends
+// exactly once, in posting order per connection; none is lost when its
+// connection fails, closes or is destroyed (those left then end FAILED or
+// OUTCOME_UNKNOWN).
+//
+// Thread-safety. An engine and the connections attached to it belong to one
+// thread at a time (the engine's thread): Progress(), Wait(),
+// NextCompletion(), stats(), PostWrite()/PostRead() and every blocking call
+// of an attached connection must not run concurrently with each other. fd()
+// and each connection's status()/stats()/accessors may be called from any
+// thread. The engine takes no lock of its own; dispatching to a
+// connection takes that connection's mutex, uncontended under this contract.
+//
+// Ownership. Create() takes a Context that must outlive the engine; every
+// attached connection must be destroyed before the engine (its destructor
+// aborts otherwise: the connections' QPs use its CQ).
+
+#ifndef RDMA_TRANSPORT_TRANSPORT_ENGINE_H_
+#define RDMA_TRANSPORT_TRANSPORT_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "transport/context.h"
+#include "verbs_shim/env.h"
+
+namespace rdma_transport {
+
+class Connection;
+
+struct EngineOptions {
+  // Connections attached at once (at most kMaxEngineSlots, wr_id.h).
+  uint32_t max_connections = 1024;
+  // Completion queue entries; 0: min(65536, the device's max_cqe).
+  uint32_t cq_entries = 0;
+  // Asynchronous operations posted and not yet taken by NextCompletion().
+  uint32_t max_async_ops = 65536;
+  // Completions taken per poll in Progress() (1..64).
+  uint32_t poll_batch = 32;
+};
+
+// Progress() calls that find nothing between two liveness services.
+inline constexpr uint32_t kServiceInterval = 64;
+
+// The end of one asynchronous operation (see the file comment).
+enum class OpOutcome { kCompleted, kFailed, kOutcomeUnknown };
+// "COMPLETED", "FAILED", "OUTCOME_UNKNOWN".
+const char* OpOutcomeName(OpOutcome outcome);
+
+// Names one asynchronous operation of an engine: unique per engine, in
+// posting order; a batch of n ops gets n consecutive handles.
+using OpHandle = uint64_t;
+
+struct Completion {
+  OpHandle handle = 0;
+  // The connection it was posted on; only for comparison once that
+  // connection may have been destroyed.
+  const Connection* connection = nullptr;
+  OpOutcome outcome = OpOutcome::kCompleted;
+  absl::Status status;  // OK exactly when kCompleted
+  bool is_write = false;
+  uint64_t length = 0;
+};
+
+struct EngineStats {
+  uint64_t progress_calls = 0;
+  uint64_t completions = 0;          // work completions polled
+  uint64_t stale_completions = 0;    // for a slot no longer (or not) there
+  uint64_t ops_posted = 0;           // asynchronous operations
+  uint64_t ops_completed = 0;
+  uint64_t ops_failed = 0;
+  uint64_t ops_outcome_unknown = 0;
+  uint32_t connections = 0;
+  uint32_t cq_entries = 0;
+  uint32_t cq_entries_reserved = 0;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const Context& context, const EngineOptions& options = {});
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  ~Engine();
+
+  // Polls one batch of completions and dispatches each to its connection;
+  // returns how many were polled (0: the CQ was empty). Never blocks.
+  int Progress();
+  // Sleeps until there may be work: returns OK once completions were
+  // dispatched or NextCompletion() has something, kDeadlineExceeded at
+  // `deadline` (on the Env's clock: virtual time on the simulator). Services
+  // the connections' liveness while it waits.
+  absl::Status Wait(Deadline deadline);
+  // Readable while Wait() would not sleep for the CQ, a setup stream or an
+  // async event: for the application's own epoll set. Call Progress() and
+  // NextCompletion() when it is.
+  int fd() const { return epoll_fd_; }
+
+  // The next finished asynchronous operation, oldest first, if any.
+  std::optional<Completion> NextCompletion();
+  size_t completions_ready() const { return finished_count_; }
+
+  EngineStats stats() const;
+  const Context& context() const { return context_; }
+
+ private:
+  friend class Connection;
+
+  Engine(const Context& context, const EngineOptions& options);
+
+  // For Connection: attaching reserves `cq_entries` and a slot.
+  absl::StatusOr<uint32_t> Attach(Connection* connection, uint32_t qp_num,
+                                  uint32_t cq_entries);
+  void Detach(uint32_t slot);
+  // The connection's setup stream, watched by fd() (-1: none).
+  void WatchSetupStream(uint32_t slot, int fd);
+  ibv_cq* cq() const { return cq_; }
+  // Room for `count` more operations (counted until taken).
+  bool HasOpRoom(uint32_t count) const {
+    return ops_outstanding_ + count <= options_.max_async_ops;
+  }
+  OpHandle ReserveOps(uint32_t count);
+  void Finish(Completion completion);
+
+  // Liveness of every connection (see the file comment); `setup_readable`
+  // lists the slots whose setup stream fd() reported. Returns when the
+  // earliest connection timer (keepalive, watchdog, flush) is due.
+  Deadline Service(std::span<const uint32_t> setup_readable);
+  // Reads fd()'s epoll set without waiting: takes the channel's events and
+  // puts the slots of readable setup streams in `setup_readable`.
+  size_t ReadEvents(std::span<uint32_t> setup_readable);
+  void DrainChannel();
+
+  const Context& context_;
+  Verbs& verbs_;
+  Env& env_;
+  EngineOptions options_;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  int epoll_fd_ = -1;
+  bool cq_armed_ = false;
+  uint32_t cq_entries_ = 0;
+  uint32_t cq_reserved_ = 0;
+
+  struct Slot {
+    Connection* connection = nullptr;
+    uint32_t qp_num = 0;
+    uint32_t cq_entries = 0;
+    int setup_fd = -1;
+  };
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;  // a stack
+  uint32_t attached_ = 0;
+  uint32_t idle_turns_ = 0;
+
+  // Finished operations not yet taken: a ring of max_async_ops entries.
+  std::vector<Completion> finished_;
+  size_t finished_head_ = 0;
+  size_t finished_count_ = 0;
+  uint64_t ops_outstanding_ = 0;  // posted and not yet taken
+  OpHandle next_handle_ = 1;
+
+  EngineStats stats_;
+};
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_TRANSPORT_ENGINE_H_

@@ -418,6 +418,7 @@ class Connection final : private AsyncEventListener {
   // Ends every operation still in flight (the QP is gone or never flushed).
   void EndAllAsyncOpsLocked(const absl::Status& why);
   void EndAsyncOpLocked(OpOutcome outcome, absl::Status status);
+  absl::Status NoEngineError() const;
   // The longest piece one work request of Write()/Read()/PostWrite() moves.
   uint64_t MaxRdmaPieceLocked() const;
   const Context& context_;

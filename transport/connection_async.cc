@@ -43,7 +43,15 @@ bool RefusedBeforeEffect(ibv_wc_status status) {
 
 }  // namespace
 
+absl::Status Connection::NoEngineError() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat(name_,
+                   ": PostWrite()/PostRead() need a connection made with "
+                   "ConnectionOptions::engine"));
+}
+
 absl::StatusOr<OpHandle> Connection::PostWrite(std::span<const RdmaOp> ops) {
+  if (engine_ == nullptr) return NoEngineError();
   if (absl::Status status = CheckRdmaOps(ops, true); !status.ok()) {
     return status;
   }
@@ -53,6 +61,7 @@ absl::StatusOr<OpHandle> Connection::PostWrite(std::span<const RdmaOp> ops) {
 }
 
 absl::StatusOr<OpHandle> Connection::PostRead(std::span<const RdmaOp> ops) {
+  if (engine_ == nullptr) return NoEngineError();
   if (absl::Status status = CheckRdmaOps(ops, false); !status.ok()) {
     return status;
   }
@@ -68,11 +77,6 @@ size_t Connection::async_ops_in_flight() const {
 
 absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     std::span<const RdmaOp> ops, bool is_write) {
-  if (engine_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name_, ": PostWrite()/PostRead() need a connection made with "
-               "ConnectionOptions::engine"));
-  }
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (peer_closed_) return PeerClosedError();
   if (ops.empty()) {
@@ -88,12 +92,13 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
   if (wrs + kControlReserve > sq_free ||
       async_count_ + ops.size() > async_ops_.size() ||
       !engine_->HasOpRoom(static_cast<uint32_t>(ops.size()))) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        name_, ": no room for ", ops.size(), " operation(s) (", wrs,
-        " work requests; the send queue has ", sq_free, " of ", sq_depth_,
-        " entries free, ", kControlReserve, " kept for control messages; ",
-        async_count_, " operation(s) in flight); progress the engine and "
-        "post again"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name_, ": no room for ", ops.size(), " operation(s) (",
+                     wrs, " work requests; the send queue has ", sq_free,
+                     " of ", sq_depth_, " entries free, ", kControlReserve,
+                     " kept for control messages; ", async_count_,
+                     " operation(s) in flight); progress the engine and "
+                     "post again"));
   }
 
   const OpHandle first = engine_->ReserveOps(static_cast<uint32_t>(ops.size()));
@@ -102,7 +107,8 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
   for (size_t i = 0; i < ops.size(); ++i) {
     const uint64_t pieces =
         ops[i].length == 0 ? 1 : (ops[i].length + max_piece - 1) / max_piece;
-    AsyncOp& slot = async_ops_[(async_head_ + async_count_) % async_ops_.size()];
+    AsyncOp& slot =
+        async_ops_[(async_head_ + async_count_) % async_ops_.size()];
     slot = {first + i, seq, seq + pieces - 1, ops[i].length, is_write};
     ++async_count_;
     seq += pieces;
@@ -124,8 +130,8 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
       sge.lkey = op.local->lkey();
       ibv_send_wr& wr = rdma_wrs_[batch];
       wr = ibv_send_wr{};
-      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead,
-                          engine_slot_, 0);
+      wr.wr_id =
+          MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
       wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
       wr.sg_list = &sge;
       wr.num_sge = length > 0 ? 1 : 0;
@@ -220,10 +226,10 @@ void Connection::EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status) {
                            RefusedBeforeEffect(status);
       if (!refused) outcome = OpOutcome::kOutcomeUnknown;
     }
-    EndAsyncOpLocked(outcome,
-                     !failure_.ok() ? failure_
-                                    : absl::UnavailableError(absl::StrCat(
-                                          name_, ": operation failed")));
+    EndAsyncOpLocked(outcome, !failure_.ok()
+                                  ? failure_
+                                  : absl::UnavailableError(absl::StrCat(
+                                        name_, ": operation failed")));
   }
   if (!ok) async_error_seen_ = true;
 }

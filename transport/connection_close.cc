@@ -93,10 +93,10 @@ void Connection::TearDownLocked() {
   }
   // Whatever is still in flight ends now: the QP that carried it is gone.
   if (async_count_ > 0) {
-    EndAllAsyncOpsLocked(
-        !failure_.ok() ? failure_
-                       : absl::FailedPreconditionError(absl::StrCat(
-                             name_, ": the connection was closed")));
+    EndAllAsyncOpsLocked(!failure_.ok()
+                             ? failure_
+                             : absl::FailedPreconditionError(absl::StrCat(
+                                   name_, ": the connection was closed")));
   }
   if (cq_ != nullptr) {
     if (engine_ == nullptr) report(verbs_.DestroyCq(cq_));

@@ -104,7 +104,8 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
       sge.lkey = op.local->lkey();
       ibv_send_wr& wr = rdma_wrs_[batch];
       wr = ibv_send_wr{};
-      wr.wr_id = MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
+      wr.wr_id =
+          MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
       wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
       wr.sg_list = &sge;
       wr.num_sge = length > 0 ? 1 : 0;

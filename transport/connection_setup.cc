@@ -82,10 +82,9 @@ absl::Status Connection::CreateQueues() {
   sq_bytes_.assign(sq_depth_, 0);
 
   if (engine_ != nullptr && &engine_->context() != &context_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the engine is on ", engine_->context().device_name(),
-                     "'s Context, not this connection's (",
-                     context_.device_name(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the engine is on ", engine_->context().device_name(),
+        "'s Context, not this connection's (", context_.device_name(), ")"));
   }
   // With an engine, its CQ and fd serve this connection: none of its own.
   if (o.progress == ProgressMode::kEvent && engine_ == nullptr) {
@@ -117,8 +116,8 @@ absl::Status Connection::CreateQueues() {
   if (engine_ != nullptr) {
     cq_ = engine_->cq();
   } else {
-    absl::StatusOr<ibv_cq*> cq = verbs_.CreateCq(context_.device(), cq_entries,
-                                                 this, channel_, 0);
+    absl::StatusOr<ibv_cq*> cq =
+        verbs_.CreateCq(context_.device(), cq_entries, this, channel_, 0);
     if (!cq.ok()) return cq.status();
     cq_ = *cq;
   }

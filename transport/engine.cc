@@ -85,9 +85,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
       fcntl(engine->channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
     return VerbsError("fcntl(completion channel, O_NONBLOCK)", errno);
   }
-  absl::StatusOr<ibv_cq*> cq = verbs.CreateCq(
-      context.device(), static_cast<int>(entries), engine.get(),
-      engine->channel_, 0);
+  absl::StatusOr<ibv_cq*> cq =
+      verbs.CreateCq(context.device(), static_cast<int>(entries), engine.get(),
+                     engine->channel_, 0);
   if (!cq.ok()) return cq.status();
   engine->cq_ = *cq;
   engine->cq_entries_ = entries;
@@ -130,8 +130,8 @@ Engine::~Engine() {
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
-absl::StatusOr<uint32_t> Engine::Attach(Connection* connection,
-                                        uint32_t qp_num, uint32_t cq_entries) {
+absl::StatusOr<uint32_t> Engine::Attach(Connection* connection, uint32_t qp_num,
+                                        uint32_t cq_entries) {
   if (free_slots_.empty()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the engine holds its maximum of ",
@@ -140,8 +140,8 @@ absl::StatusOr<uint32_t> Engine::Attach(Connection* connection,
   if (cq_reserved_ + cq_entries > cq_entries_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the engine's completion queue has ", cq_entries_ - cq_reserved_,
-        " of ", cq_entries_, " entries left, the connection needs ",
-        cq_entries, " (EngineOptions::cq_entries)"));
+        " of ", cq_entries_, " entries left, the connection needs ", cq_entries,
+        " (EngineOptions::cq_entries)"));
   }
   const uint32_t slot = free_slots_.back();
   free_slots_.pop_back();

@@ -129,9 +129,9 @@ struct Completion {
 
 struct EngineStats {
   uint64_t progress_calls = 0;
-  uint64_t completions = 0;          // work completions polled
-  uint64_t stale_completions = 0;    // for a slot no longer (or not) there
-  uint64_t ops_posted = 0;           // asynchronous operations
+  uint64_t completions = 0;        // work completions polled
+  uint64_t stale_completions = 0;  // for a slot no longer (or not) there
+  uint64_t ops_posted = 0;         // asynchronous operations
   uint64_t ops_completed = 0;
   uint64_t ops_failed = 0;
   uint64_t ops_outcome_unknown = 0;

@@ -3,6 +3,8 @@
 // engine connections, asynchronous WRITE/READ with every byte checked, and a
 // peer lost midway whose operations all end FAILED or OUTCOME_UNKNOWN while
 // the other connections' complete.
+#include "transport/engine.h"
+
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -17,7 +19,6 @@
 #include "tests/connection_pair.h"
 #include "tests/e2e_fixture.h"
 #include "transport/connection.h"
-#include "transport/engine.h"
 
 namespace rdma_transport {
 namespace {
@@ -221,11 +222,11 @@ TEST_F(EngineTest, TenThousandAsyncWritesAndReadsOverSixteenConnections) {
       }
       if (rejected > 0) (void)engine_->Wait(env().DeadlineIn(seconds(1)));
     }
-    ASSERT_NO_FATAL_FAILURE(Drive([&] { return run.ended.size() == run.ops.size(); },
-                                  [&](const Completion& c) {
-                                    ASSERT_TRUE(
-                                        run.ended.emplace(c.handle, c).second);
-                                  }));
+    ASSERT_NO_FATAL_FAILURE(
+        Drive([&] { return run.ended.size() == run.ops.size(); },
+              [&](const Completion& c) {
+                ASSERT_TRUE(run.ended.emplace(c.handle, c).second);
+              }));
   }
   ASSERT_EQ(run.ops.size(), 2 * kLanes * kOpsPerLane);
   for (const auto& [handle, c] : run.ended) {
@@ -239,9 +240,9 @@ TEST_F(EngineTest, TenThousandAsyncWritesAndReadsOverSixteenConnections) {
     for (size_t op = 0; op < kOpsPerLane; ++op) {
       const size_t at = op * kOpSpan;
       const size_t length = OpLength(l, op);
-      ASSERT_EQ(std::memcmp(lane.target.data() + at, lane.source.data() + at,
-                            length),
-                0)
+      ASSERT_EQ(
+          std::memcmp(lane.target.data() + at, lane.source.data() + at, length),
+          0)
           << "lane " << l << " op " << op << " WRITE";
       ASSERT_EQ(std::memcmp(lane.readback.data() + at, lane.source.data() + at,
                             length),
@@ -275,9 +276,8 @@ TEST_F(EngineTest, APeerLostMidwayEndsEachOfItsOpsFailedOrUnknown) {
     Lane& lane = lanes[l];
     RdmaOp one = {write ? &lane.source_mr : &lane.readback_mr, op * kOpSpan,
                   OpLength(l, op), lane.target_mr.remote(), op * kOpSpan};
-    absl::StatusOr<OpHandle> handle =
-        write ? clients_[l]->PostWrite({&one, 1})
-              : clients_[l]->PostRead({&one, 1});
+    absl::StatusOr<OpHandle> handle = write ? clients_[l]->PostWrite({&one, 1})
+                                            : clients_[l]->PostRead({&one, 1});
     if (handle.ok()) run.ops[*handle] = {l, op};
     return handle.status();
   };
@@ -287,10 +287,11 @@ TEST_F(EngineTest, APeerLostMidwayEndsEachOfItsOpsFailedOrUnknown) {
   for (size_t op = 0; op < kOpsPerLane / 2; ++op) {
     for (size_t l = 0; l < kLanes; ++l) E2E_ASSERT_OK(post(l, op, true));
   }
-  ASSERT_TRUE(fabric_->faults()
-                  .DropPackets(sim::FaultTarget::Qp(servers_[kVictim]->qp()->qp_num),
-                               1 << 30)
-                  .ok());
+  ASSERT_TRUE(
+      fabric_->faults()
+          .DropPackets(sim::FaultTarget::Qp(servers_[kVictim]->qp()->qp_num),
+                       1 << 30)
+          .ok());
   const OpHandle handles_before_kill = run.ops.rbegin()->first + 1;
   // The victim's second half as one batch: its first op exhausts the retry
   // budget, the rest are flushed behind it.
@@ -326,7 +327,8 @@ TEST_F(EngineTest, APeerLostMidwayEndsEachOfItsOpsFailedOrUnknown) {
   EXPECT_EQ(post(kVictim, 0, false).code(), absl::StatusCode::kUnavailable);
   for (size_t l = 0; l < kLanes; ++l) {
     if (l == kVictim) continue;
-    for (size_t op = 0; op < kOpsPerLane; ++op) E2E_ASSERT_OK(post(l, op, false));
+    for (size_t op = 0; op < kOpsPerLane; ++op)
+      E2E_ASSERT_OK(post(l, op, false));
   }
   ASSERT_NO_FATAL_FAILURE(Drive(
       [&] { return run.ended.size() == run.ops.size(); },

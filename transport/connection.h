@@ -87,7 +87,9 @@
 // Write(), Read(), BindRegion(), Check() or Close(); calls within each of those
 // two groups must be serialised by the caller. stats(), status() and the
 // accessors may be called from any thread. Close() may run while another thread
-// waits in Receive(), which then returns kFailedPrecondition.
+// waits in Receive(), which then returns kFailedPrecondition. A connection with
+// an engine is the exception: every call other than stats(), status() and the
+// accessors is made on the engine's thread, one at a time (engine.h).
 //
 // Ownership. The Connection owns its QP, CQ, completion channel and rings,
 // and must be destroyed (or closed) before its Context. Destroying an open

@@ -48,9 +48,6 @@ constexpr nanoseconds kRdmaBound = seconds(5);
 // within this, or learns that its peer is gone (keepalive + retry budget).
 constexpr nanoseconds kFinalDrain = seconds(5);
 
-// See Run::Heal().
-constexpr bool kDrainStaleAsyncEvents = true;
-
 // The CQ overrun fault: while `shrink` is set, every CQ is created with four
 // entries, far fewer than a connection's rings complete.
 class TinyCqVerbs : public VerbsWrapper {
@@ -546,7 +543,7 @@ void Run::Heal() {
   // found"): a port event still queued when a connection is made fails the
   // new connection, though the port is back up. An application's event loop
   // would have read the events by now; do the same.
-  if (kDrainStaleAsyncEvents) {
+  if (options_.drain_stale_async_events) {
     for (const auto& context : contexts_) {
       if (context != nullptr) context->PollAsyncEvents();
     }

@@ -46,6 +46,11 @@ struct RunOptions {
   // With verbose: also print each line to stdout as it happens (a hang
   // shows where it is).
   bool echo = false;
+  // After the faults stop, read the Contexts' queued async events before
+  // the liveness dial, as an application's event loop would have. False
+  // shows the transport bug docs/testing.md describes (a stale port event
+  // fails a new connection).
+  bool drain_stale_async_events = true;
 };
 
 struct RunResult {

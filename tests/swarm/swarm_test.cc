@@ -98,5 +98,38 @@ TEST(SwarmTest, ShrinkKeepsOnlyTheStepsTheFailureNeeds) {
             "bazel run //tests/swarm:swarm -- --seed=11 --verbose");
 }
 
+// Seeds that found bugs (docs/testing.md, "Bugs found"), kept as
+// regression tests.
+
+// A CQ in error made QuiesceLocked spin without letting virtual time move
+// (each failed poll woke every waiter): Write() never returned. Fixed in
+// Connection::FailLocked.
+TEST(SwarmRegressionTest, Seed3AWriteOnAConnectionWhoseCqFailedReturns) {
+  const RunResult result = RunScenario(GenerateScenario(3));
+  EXPECT_TRUE(result.ok()) << FailureReport(3, /*shrink=*/false);
+}
+
+// A dial thread finishing between its waiter's look at `done` and its wait
+// made SimEnv abort with a false "deadlock" (1 in ~3000 seeds in opt).
+// Fixed in SimEnv::RemoveParticipant.
+TEST(SwarmRegressionTest, ManyDialsNeverSeeAFalseDeadlock) {
+  SwarmOptions options;
+  options.first_seed = 100;
+  options.seeds = 200;
+  EXPECT_TRUE(RunSeeds(options).failures.empty());
+}
+
+// Open (transport/context.cc): a port event still queued when a connection
+// is made fails that connection, though the port is up again. Seed 10,
+// steps 5-7: IBV_EVENT_CQ_ERR, a send, PortDown; after PortUp the liveness
+// dial's connection fails with "IBV_EVENT_PORT_ERR (the port went down)".
+TEST(SwarmRegressionTest, DISABLED_AStalePortEventDoesNotFailANewConnection) {
+  RunOptions options;
+  options.drain_stale_async_events = false;
+  const Scenario scenario = KeepSteps(GenerateScenario(10), {5, 6, 7});
+  const RunResult result = RunScenario(scenario, options);
+  EXPECT_TRUE(result.ok()) << result.violations[0];
+}
+
 }  // namespace
 }  // namespace rdma_transport::swarm

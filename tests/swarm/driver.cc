@@ -61,9 +61,12 @@ void InstallCrashHandler() {
 
 }  // namespace
 
-std::string FailureReport(uint64_t seed, bool shrink) {
+std::string FailureReport(uint64_t seed, bool shrink,
+                          bool check_credit_stalls) {
+  RunOptions options;
+  options.check_credit_stalls = check_credit_stalls;
   const Scenario scenario = GenerateScenario(seed);
-  const RunResult result = RunScenario(scenario);
+  const RunResult result = RunScenario(scenario, options);
   std::string report =
       absl::StrCat("swarm: seed ", seed, " FAILED (digest ",
                    absl::Hex(result.digest, absl::kZeroPad16), ")\n",
@@ -72,10 +75,11 @@ std::string FailureReport(uint64_t seed, bool shrink) {
     absl::StrAppend(&report, "  violated: ", violation, "\n");
   }
   if (shrink && !result.ok()) {
-    const Scenario minimal = Shrink(scenario, [](const Scenario& candidate) {
-      return !RunScenario(candidate).ok();
-    });
-    const RunResult again = RunScenario(minimal);
+    const Scenario minimal =
+        Shrink(scenario, [&options](const Scenario& candidate) {
+          return !RunScenario(candidate, options).ok();
+        });
+    const RunResult again = RunScenario(minimal, options);
     absl::StrAppend(&report, "shrunk to ", minimal.steps.size(), " of ",
                     scenario.steps.size(), " steps:\n",
                     DescribeScenario(minimal));
@@ -101,7 +105,9 @@ SwarmSummary RunSeeds(const SwarmOptions& options) {
     }
     const uint64_t seed = options.first_seed + i;
     seed_in_progress.store(seed);
-    const RunResult result = RunScenario(GenerateScenario(seed));
+    RunOptions run_options;
+    run_options.check_credit_stalls = options.check_credit_stalls;
+    const RunResult result = RunScenario(GenerateScenario(seed), run_options);
     ++summary.seeds_run;
     summary.messages_delivered += result.messages_delivered;
     summary.rdma_ops_ok += result.rdma_ops_ok;
@@ -115,7 +121,8 @@ SwarmSummary RunSeeds(const SwarmOptions& options) {
                   result.ok() ? "ok" : "FAILED");
     }
     if (!result.ok()) {
-      summary.failures.push_back({seed, FailureReport(seed, options.shrink)});
+      summary.failures.push_back({seed, FailureReport(seed, options.shrink,
+                                                   options.check_credit_stalls)});
       if (static_cast<int>(summary.failures.size()) >= options.max_failures) {
         break;
       }

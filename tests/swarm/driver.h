@@ -37,6 +37,8 @@ struct SwarmOptions {
   int max_failures = 1;
   // Print one line per seed (its digest) to stdout.
   bool print_digests = false;
+  // RunOptions::check_credit_stalls for every seed.
+  bool check_credit_stalls = false;
 };
 
 struct SeedFailure {
@@ -60,7 +62,8 @@ struct SwarmSummary {
 SwarmSummary RunSeeds(const SwarmOptions& options);
 
 // The report of one failing scenario (shrinking it when `shrink`).
-std::string FailureReport(uint64_t seed, bool shrink);
+std::string FailureReport(uint64_t seed, bool shrink,
+                          bool check_credit_stalls = false);
 
 }  // namespace rdma_transport::swarm
 

@@ -44,6 +44,8 @@ constexpr size_t kRdmaBytes = 16 * 1024;
 // (4.096 us * 2^14 * 8 = 537 ms), a keepalive and the flush wait. A return
 // later than this is a hang.
 constexpr nanoseconds kRdmaBound = seconds(5);
+// How long a Send may wait for credits its drained peer owes it.
+constexpr nanoseconds kStallBound = seconds(2);
 // After the faults stop, a receiver that is still healthy gets every message
 // within this, or learns that its peer is gone (keepalive + retry budget).
 constexpr nanoseconds kFinalDrain = seconds(5);
@@ -294,7 +296,14 @@ void Run::Send(Link& link, const swarm::Step& step, int index) {
                        : std::min(step.size, limit);
     std::vector<std::byte> message =
         Payload(step.conn, link.generation, step.side, stream.next_seq, size);
-    const Deadline deadline = env().DeadlineIn(wait);
+    // When the peer has taken every message, its credits are back (all but
+    // fewer than a credit batch, leaving more than the three data needs):
+    // Send must go through, or the connection must fail, well within
+    // kStallBound (a retransmission or a keepalive's retry budget).
+    Side& peer = link.sides[1 - step.side];
+    const bool peer_drained = options_.check_credit_stalls &&
+                              stream.in_flight.empty() && peer.usable();
+    const Deadline deadline = env().DeadlineIn(peer_drained ? kStallBound : wait);
     const absl::Status status = sender.connection->Send(message, deadline);
     CheckDeadline(deadline, "Send");
     if (status.ok()) {
@@ -304,6 +313,18 @@ void Run::Send(Link& link, const swarm::Step& step, int index) {
       continue;
     }
     if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      if (peer_drained && sender.connection->status().ok() &&
+          peer.connection->status().ok()) {
+        Violation(absl::StrCat(
+            "the ", SideName(step.side), "'s Send stalled ",
+            std::chrono::duration_cast<milliseconds>(kStallBound).count(),
+            " ms though its peer had received everything and both sides "
+            "are healthy: credits lost (send credits: this side ",
+            sender.connection->stats().send_credits, ", the peer ",
+            peer.connection->stats().send_credits, "; credit messages sent ",
+            sender.connection->stats().credit_messages_sent, "/",
+            peer.connection->stats().credit_messages_sent, ")"));
+      }
       Log(absl::StrCat("    send ", i, ": out of credits until the deadline"));
       return;
     }

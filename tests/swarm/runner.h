@@ -51,6 +51,10 @@ struct RunOptions {
   // shows the transport bug docs/testing.md describes (a stale port event
   // fails a new connection).
   bool drain_stale_async_events = true;
+  // A Send whose peer has received everything must go through or fail
+  // within 2 s (a lost credit would stall it). Off by default until the
+  // credit stall it finds (docs/testing.md, "Bugs found") is fixed.
+  bool check_credit_stalls = false;
 };
 
 struct RunResult {

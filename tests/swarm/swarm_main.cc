@@ -35,6 +35,9 @@ ABSL_FLAG(bool, verbose, false,
           "With --seed: print the scenario and each step's outcome.");
 ABSL_FLAG(bool, shrink, true, "Shrink failing seeds before reporting them.");
 ABSL_FLAG(int32_t, max_failures, 1, "Stop after this many failing seeds.");
+ABSL_FLAG(bool, check_credit_stalls, false,
+          "Also fail a Send that stalls though its peer received everything "
+          "(finds an open credit bug, docs/testing.md).");
 ABSL_FLAG(bool, digests, false, "Print each seed's trace digest.");
 
 namespace rdma_transport::swarm {
@@ -62,6 +65,7 @@ int ReplayOne(uint64_t seed) {
   RunOptions options;
   options.verbose = verbose;
   options.echo = verbose;
+  options.check_credit_stalls = absl::GetFlag(FLAGS_check_credit_stalls);
   const RunResult result = RunScenario(scenario, options);
   std::printf(
       "seed %llu: digest %016llx, %llu events, %.6f s virtual, %llu "
@@ -79,7 +83,9 @@ int ReplayOne(uint64_t seed) {
     std::printf("  violated: %s\n", violation.c_str());
   }
   if (!result.ok() && steps.empty() && absl::GetFlag(FLAGS_shrink)) {
-    std::printf("%s", FailureReport(seed, /*shrink=*/true).c_str());
+    std::printf("%s", FailureReport(seed, /*shrink=*/true,
+                                    options.check_credit_stalls)
+                          .c_str());
   }
   return result.ok() ? 0 : 1;
 }
@@ -103,6 +109,7 @@ int main(int argc, char** argv) {
   options.shrink = absl::GetFlag(FLAGS_shrink);
   options.max_failures = absl::GetFlag(FLAGS_max_failures);
   options.print_digests = absl::GetFlag(FLAGS_digests);
+  options.check_credit_stalls = absl::GetFlag(FLAGS_check_credit_stalls);
   const SwarmSummary summary = RunSeeds(options);
   for (const SeedFailure& failure : summary.failures) {
     std::fprintf(stderr, "%s\n", failure.report.c_str());

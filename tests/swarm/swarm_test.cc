@@ -131,5 +131,17 @@ TEST(SwarmRegressionTest, DISABLED_AStalePortEventDoesNotFailANewConnection) {
   EXPECT_TRUE(result.ok()) << result.violations[0];
 }
 
+// Open (transport/connection.cc, credits): both sides healthy, each has
+// received everything, yet the server's Send waits 2 s for a credit (server
+// 2 send credits, client 1: neither may send data or a credit return).
+TEST(SwarmRegressionTest, DISABLED_Seed1351ACreditStallWithEverythingReceived) {
+  RunOptions options;
+  options.check_credit_stalls = true;
+  const Scenario scenario =
+      KeepSteps(GenerateScenario(1351), {12, 13, 14, 15, 16});
+  const RunResult result = RunScenario(scenario, options);
+  EXPECT_TRUE(result.ok()) << result.violations[0];
+}
+
 }  // namespace
 }  // namespace rdma_transport::swarm

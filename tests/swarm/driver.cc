@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "tests/swarm/runner.h"
@@ -50,6 +51,33 @@ void OnFatalSignal(int signal_number) {
   (void)!write(STDERR_FILENO, line, length);
   ::signal(signal_number, SIG_DFL);
   ::raise(signal_number);
+}
+
+// A seed that takes this long in real time is hung (a livelock in virtual
+// time, a wait that never ends): the watchdog names it and aborts.
+constexpr std::chrono::seconds kHangAfter{20};
+std::atomic<uint64_t> seeds_started{0};
+
+void StartHangWatchdog() {
+  static std::atomic<bool> started{false};
+  if (started.exchange(true)) return;
+  std::thread([] {
+    uint64_t last = ~uint64_t{0};
+    auto since = std::chrono::steady_clock::now();
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      const uint64_t now_started = seeds_started.load();
+      if (now_started != last) {
+        last = now_started;
+        since = std::chrono::steady_clock::now();
+      } else if (std::chrono::steady_clock::now() - since > kHangAfter) {
+        std::fprintf(stderr, "\nswarm: seed %llu hung (no progress for %lld s)",
+                     static_cast<unsigned long long>(seed_in_progress.load()),
+                     static_cast<long long>(kHangAfter.count()));
+        std::abort();  // the crash handler prints the replay command
+      }
+    }
+  }).detach();
 }
 
 void InstallCrashHandler() {
@@ -95,6 +123,7 @@ std::string FailureReport(uint64_t seed, bool shrink,
 
 SwarmSummary RunSeeds(const SwarmOptions& options) {
   InstallCrashHandler();
+  StartHangWatchdog();
   SwarmSummary summary;
   const auto start = std::chrono::steady_clock::now();
   for (uint64_t i = 0;; ++i) {
@@ -105,6 +134,7 @@ SwarmSummary RunSeeds(const SwarmOptions& options) {
     }
     const uint64_t seed = options.first_seed + i;
     seed_in_progress.store(seed);
+    seeds_started.fetch_add(1);
     RunOptions run_options;
     run_options.check_credit_stalls = options.check_credit_stalls;
     const RunResult result = RunScenario(GenerateScenario(seed), run_options);

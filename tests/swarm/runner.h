@@ -14,8 +14,8 @@
 //      the dial) returns after it on the virtual clock; Write()/Read(), which
 //      have none, return within a bound of the QP's retry budget.
 //   4. Liveness: after the faults stop (cleared, devices revived, ports up),
-//      a new connection between the two NICs succeeds and carries a message
-//      each way.
+//      a new connection between the two NICs succeeds and carries
+//      4 x recv_slots messages each way, one at a time.
 //   5. Leaks: once everything is destroyed, the fabric's leak report is empty.
 //
 // A run is a deterministic function of the scenario: the result carries the

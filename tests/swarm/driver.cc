@@ -95,10 +95,9 @@ std::string FailureReport(uint64_t seed, bool shrink,
   options.check_credit_stalls = check_credit_stalls;
   const Scenario scenario = GenerateScenario(seed);
   const RunResult result = RunScenario(scenario, options);
-  std::string report =
-      absl::StrCat("swarm: seed ", seed, " FAILED (digest ",
-                   absl::Hex(result.digest, absl::kZeroPad16), ")\n",
-                   DescribeScenario(scenario));
+  std::string report = absl::StrCat("swarm: seed ", seed, " FAILED (digest ",
+                                    absl::Hex(result.digest, absl::kZeroPad16),
+                                    ")\n", DescribeScenario(scenario));
   for (const std::string& violation : result.violations) {
     absl::StrAppend(&report, "  violated: ", violation, "\n");
   }
@@ -114,8 +113,8 @@ std::string FailureReport(uint64_t seed, bool shrink,
     for (const std::string& violation : again.violations) {
       absl::StrAppend(&report, "  violated: ", violation, "\n");
     }
-    absl::StrAppend(&report, "replay the shrunk scenario: ",
-                    ReplayCommand(minimal), "\n");
+    absl::StrAppend(
+        &report, "replay the shrunk scenario: ", ReplayCommand(minimal), "\n");
   }
   absl::StrAppend(&report, "replay: ", ReplayCommand(scenario), "\n");
   return report;
@@ -151,8 +150,9 @@ SwarmSummary RunSeeds(const SwarmOptions& options) {
                   result.ok() ? "ok" : "FAILED");
     }
     if (!result.ok()) {
-      summary.failures.push_back({seed, FailureReport(seed, options.shrink,
-                                                   options.check_credit_stalls)});
+      summary.failures.push_back(
+          {seed,
+           FailureReport(seed, options.shrink, options.check_credit_stalls)});
       if (static_cast<int>(summary.failures.size()) >= options.max_failures) {
         break;
       }

@@ -85,7 +85,7 @@ struct Side {
 
 struct Link {
   int generation = 0;
-  std::array<Side, 2> sides;     // 0: client, 1: server
+  std::array<Side, 2> sides;      // 0: client, 1: server
   std::array<Stream, 2> streams;  // by sending side
   bool open() const {
     return sides[0].connection != nullptr || sides[1].connection != nullptr;
@@ -228,12 +228,13 @@ bool Run::DialLink(size_t index) {
   options.progress =
       s_.features.event_mode ? ProgressMode::kEvent : ProgressMode::kBusyPoll;
   ++result_.connections_dialled;
-  const Deadline accept_deadline = env().DeadlineIn(options.handshake_timeout * 2);
+  const Deadline accept_deadline =
+      env().DeadlineIn(options.handshake_timeout * 2);
   DialResult dial = Dial(*contexts_[0], *contexts_[1], options, "127.0.0.1:0",
                          accept_deadline);
   CheckDeadline(accept_deadline, "Accept");
-  const std::string what =
-      absl::StrCat("dial of connection ", index, " (generation ", generation, ")");
+  const std::string what = absl::StrCat("dial of connection ", index,
+                                        " (generation ", generation, ")");
   if (!dial.client.ok() || !dial.server.ok()) {
     for (const absl::Status& status :
          {dial.client.status(), dial.server.status()}) {
@@ -291,9 +292,9 @@ void Run::Send(Link& link, const swarm::Step& step, int index) {
   const nanoseconds wait =
       s_.features.slow_receiver ? milliseconds(2) : milliseconds(20);
   for (uint32_t i = 0; i < step.count; ++i) {
-    const uint32_t size =
-        step.size == 0 ? static_cast<uint32_t>(sizes.Below(limit + 1))
-                       : std::min(step.size, limit);
+    const uint32_t size = step.size == 0
+                              ? static_cast<uint32_t>(sizes.Below(limit + 1))
+                              : std::min(step.size, limit);
     std::vector<std::byte> message =
         Payload(step.conn, link.generation, step.side, stream.next_seq, size);
     // When the peer has taken every message, its credits are back (all but
@@ -303,7 +304,8 @@ void Run::Send(Link& link, const swarm::Step& step, int index) {
     Side& peer = link.sides[1 - step.side];
     const bool peer_drained = options_.check_credit_stalls &&
                               stream.in_flight.empty() && peer.usable();
-    const Deadline deadline = env().DeadlineIn(peer_drained ? kStallBound : wait);
+    const Deadline deadline =
+        env().DeadlineIn(peer_drained ? kStallBound : wait);
     const absl::Status status = sender.connection->Send(message, deadline);
     CheckDeadline(deadline, "Send");
     if (status.ok()) {
@@ -349,10 +351,10 @@ void Run::Drain(Link& link, int receiver, uint32_t count, nanoseconds wait,
         if (final) {
           const absl::Status status = me.connection->status();
           if (status.ok()) {
-            Violation(absl::StrCat(
-                "lost ", stream.in_flight.size(), " message(s) to the ",
-                SideName(receiver), ": accepted by Send(), never delivered, "
-                "and the connection is still healthy"));
+            Violation(absl::StrCat("lost ", stream.in_flight.size(),
+                                   " message(s) to the ", SideName(receiver),
+                                   ": accepted by Send(), never delivered, "
+                                   "and the connection is still healthy"));
           }
           me.ended = true;
         }
@@ -439,8 +441,8 @@ void Run::Fault(Link& link, const swarm::Step& step) {
       killed_[step.side] = true;
       status = step.size == 0
                    ? faults.KillDevice(device)
-                   : faults.KillDeviceAt(device,
-                                         fabric_->Now() + nanoseconds(step.size));
+                   : faults.KillDeviceAt(
+                         device, fabric_->Now() + nanoseconds(step.size));
       break;
     case StepKind::kPortDown:
       port_down_[step.side] = true;
@@ -484,7 +486,8 @@ void Run::Fault(Link& link, const swarm::Step& step) {
     }
   }
   // A QP already destroyed is not found: the fault has nothing to act on.
-  if (!status.ok()) Log(absl::StrCat("    fault not armed: ", status.ToString()));
+  if (!status.ok())
+    Log(absl::StrCat("    fault not armed: ", status.ToString()));
 }
 
 void Run::EndLink(Link& link, int index) {
@@ -536,8 +539,8 @@ void Run::Step(const swarm::Step& step, int index) {
       break;
     }
     case StepKind::kReconnect: {
-      const bool ended = !link.open() ||
-                         !link.sides[0].usable() || !link.sides[1].usable();
+      const bool ended =
+          !link.open() || !link.sides[0].usable() || !link.sides[1].usable();
       if (!ended) break;
       // Whatever the survivor had not received yet goes with it: its peer
       // ended (or closed), which is the typed outcome.
@@ -587,8 +590,9 @@ void Run::Finish() {
 }
 
 void Run::CheckLiveness() {
-  // New connections succeed once the faults have stopped, and keep working. A NIC that died
-  // and came back needs its Context opened again, as an application would.
+  // New connections succeed once the faults have stopped, and keep working. A
+  // NIC that died and came back needs its Context opened again, as an
+  // application would.
   links_.clear();
   links_.resize(1);
   links_[0].generation = 1000;
@@ -623,9 +627,10 @@ void Run::CheckLiveness() {
             static_cast<uint64_t>(rounds) ||
         !link.streams[side].in_flight.empty() || link.sides[0].ended ||
         link.sides[1].ended) {
-      Violation(absl::StrCat("liveness: the new connection does not carry a "
-                             "message from the ",
-                             SideName(side)));
+      Violation(
+          absl::StrCat("liveness: the new connection does not carry a "
+                       "message from the ",
+                       SideName(side)));
       break;
     }
   }

@@ -12,8 +12,8 @@ namespace rdma_transport::swarm {
 namespace {
 
 // RoCE profiles only: an InfiniBand NIC cannot reach a RoCE one.
-constexpr const char* kProfiles[] = {"cx6", "cx7", "e810", "x722", "rxe",
-                                     "erdma"};
+constexpr const char* kProfiles[] = {"cx6",  "cx7", "e810",
+                                     "x722", "rxe", "erdma"};
 constexpr uint32_t kMessageSizes[] = {64, 256, 1024, 4096};
 
 struct Choice {
@@ -51,9 +51,9 @@ Step MakeStep(Rng& rng, const Scenario& s, StepKind kind) {
     case StepKind::kDelay:
       // Mostly within the ACK timeout (67 ms); sometimes beyond it, so the
       // requester retransmits and the responder sees duplicates.
-      step.size = rng.Percent(20) ? 100'000'000u
-                                  : static_cast<uint32_t>(
-                                        rng.Between(1, 200) * 1000);
+      step.size = rng.Percent(20)
+                      ? 100'000'000u
+                      : static_cast<uint32_t>(rng.Between(1, 200) * 1000);
       break;
     case StepKind::kKillDevice:
       step.size = rng.Percent(50)
@@ -116,8 +116,9 @@ Scenario GenerateScenario(uint64_t seed) {
   Scenario s;
   s.seed = seed;
   s.client_profile = kProfiles[rng.Below(std::size(kProfiles))];
-  s.server_profile =
-      rng.Percent(50) ? s.client_profile : kProfiles[rng.Below(std::size(kProfiles))];
+  s.server_profile = rng.Percent(50)
+                         ? s.client_profile
+                         : kProfiles[rng.Below(std::size(kProfiles))];
   s.connections = rng.Between(1, 3);
   s.recv_slots = static_cast<uint32_t>(rng.Between(4, 16));
   s.send_slots = static_cast<uint32_t>(rng.Between(2, 16));
@@ -189,13 +190,14 @@ Scenario KeepSteps(const Scenario& generated, const std::vector<int>& indices) {
 }
 
 std::string DescribeStep(const Step& step) {
-  std::string text = absl::StrCat(KindName(step.kind), " conn=", step.conn,
-                                  " side=", step.side == 0 ? "client" : "server");
+  std::string text =
+      absl::StrCat(KindName(step.kind), " conn=", step.conn,
+                   " side=", step.side == 0 ? "client" : "server");
   switch (step.kind) {
     case StepKind::kSend:
-      absl::StrAppend(&text, " count=", step.count, " size=",
-                      step.size == 0 ? std::string("random")
-                                     : absl::StrCat(step.size));
+      absl::StrAppend(
+          &text, " count=", step.count, " size=",
+          step.size == 0 ? std::string("random") : absl::StrCat(step.size));
       break;
     case StepKind::kDrain:
     case StepKind::kDrop:
@@ -245,8 +247,8 @@ std::string DescribeScenario(const Scenario& s) {
       "seed ", s.seed, ": client ", s.client_profile, ", server ",
       s.server_profile, ", ", s.connections, " connection(s), recv_slots ",
       s.recv_slots, ", send_slots ", s.send_slots, ", max_message_size ",
-      s.max_message_size, ", keepalive ", s.keepalive_ms, " ms\n  features: ",
-      DescribeFeatures(s.features), "\n");
+      s.max_message_size, ", keepalive ", s.keepalive_ms,
+      " ms\n  features: ", DescribeFeatures(s.features), "\n");
   for (size_t i = 0; i < s.steps.size(); ++i) {
     const int index = s.shrunk() ? s.kept[i] : static_cast<int>(i);
     absl::StrAppend(&text, "  [", index, "] ", DescribeStep(s.steps[i]), "\n");
@@ -258,7 +260,8 @@ std::string ReplayCommand(const Scenario& s) {
   std::string command =
       absl::StrCat("bazel run //tests/swarm:swarm -- --seed=", s.seed);
   if (s.shrunk()) {
-    absl::StrAppend(&command, " --steps=", absl::StrJoin(s.kept, ","));
+    absl::StrAppend(&command, " --steps=",
+                    s.kept.empty() ? "none" : absl::StrJoin(s.kept, ","));
   }
   absl::StrAppend(&command, " --verbose");
   return command;

@@ -40,7 +40,9 @@ class Rng {
     return lo + static_cast<int>(Below(static_cast<uint64_t>(hi - lo + 1)));
   }
   // True with probability percent / 100.
-  bool Percent(int percent) { return Below(100) < static_cast<uint64_t>(percent); }
+  bool Percent(int percent) {
+    return Below(100) < static_cast<uint64_t>(percent);
+  }
 
  private:
   uint64_t state_;
@@ -50,20 +52,20 @@ class Rng {
 // probability 1/2, independently.
 struct Features {
   // Workload.
-  bool writes = false;      // one-sided RDMA WRITE batches
-  bool reads = false;       // one-sided RDMA READ batches
-  bool closes = false;      // graceful Close() mid-scenario
-  bool reconnects = false;  // a new connection replaces a closed/failed one
+  bool writes = false;         // one-sided RDMA WRITE batches
+  bool reads = false;          // one-sided RDMA READ batches
+  bool closes = false;         // graceful Close() mid-scenario
+  bool reconnects = false;     // a new connection replaces a closed/failed one
   bool slow_receiver = false;  // receivers drain rarely: senders run out of
                                // credits and their Send deadlines expire
   bool event_mode = false;     // ProgressMode::kEvent instead of kBusyPoll
   // Faults.
-  bool drops = false;        // packets lost (a few: retransmitted)
-  bool heavy_drops = false;  // more lost than the retry budget covers
-  bool delays = false;       // packets arrive late
-  bool qp_errors = false;    // IBV_EVENT_QP_FATAL, failed completions
-  bool cq_errors = false;    // IBV_EVENT_CQ_ERR on a connection's CQ
-  bool tiny_cq = false;      // every CQ created far too small: a real overrun
+  bool drops = false;         // packets lost (a few: retransmitted)
+  bool heavy_drops = false;   // more lost than the retry budget covers
+  bool delays = false;        // packets arrive late
+  bool qp_errors = false;     // IBV_EVENT_QP_FATAL, failed completions
+  bool cq_errors = false;     // IBV_EVENT_CQ_ERR on a connection's CQ
+  bool tiny_cq = false;       // every CQ created far too small: a real overrun
   bool device_death = false;  // KillDevice, now or scheduled
   bool port_flaps = false;    // PortDown, later PortUp
   bool peer_exit = false;     // one side's process "exits"
@@ -79,13 +81,13 @@ enum class StepKind {
   kClose,      // `side` closes the connection
   kReconnect,  // if connection `conn` has ended, dial a new one in its place
   // Faults, aimed at connection `conn`'s `side` QP or device.
-  kDrop,           // the next `count` packets to the QP are lost
-  kDelay,          // every packet to the QP arrives `size` ns late
-  kQpFatal,        // IBV_EVENT_QP_FATAL on the QP
+  kDrop,            // the next `count` packets to the QP are lost
+  kDelay,           // every packet to the QP arrives `size` ns late
+  kQpFatal,         // IBV_EVENT_QP_FATAL on the QP
   kFailCompletion,  // the QP's next send WR completes in error
-  kCqError,        // IBV_EVENT_CQ_ERR on the QP's CQ
-  kKillDevice,     // the side's NIC dies `size` ns from now (0: now)
-  kPortDown,       // the side's port goes down (PortUp comes with kPortUp)
+  kCqError,         // IBV_EVENT_CQ_ERR on the QP's CQ
+  kKillDevice,      // the side's NIC dies `size` ns from now (0: now)
+  kPortDown,        // the side's port goes down (PortUp comes with kPortUp)
   kPortUp,
   kPeerExit,  // the side's process exits (setup stream EOF, no goodbye)
 };

@@ -25,8 +25,8 @@
 
 ABSL_FLAG(uint64_t, seed, 0, "Replay this one seed (0: run a range).");
 ABSL_FLAG(std::string, steps, "",
-          "With --seed: only these step indices (comma separated), as a "
-          "shrunk scenario's replay command gives them.");
+          "With --seed: only these step indices (comma separated; none: no "
+          "step), as a shrunk scenario's replay command gives them.");
 ABSL_FLAG(uint64_t, first_seed, 1, "The first seed of the range.");
 ABSL_FLAG(uint64_t, seeds, 1000, "How many seeds to run.");
 ABSL_FLAG(int64_t, soak_seconds, 0,
@@ -50,6 +50,7 @@ int ReplayOne(uint64_t seed) {
   if (!steps.empty()) {
     std::vector<int> indices;
     for (absl::string_view part : absl::StrSplit(steps, ',')) {
+      if (part == "none") continue;  // a scenario shrunk to no steps
       int index = 0;
       if (!absl::SimpleAtoi(part, &index)) {
         std::fprintf(stderr, "--steps: not a step index: %s\n",
@@ -83,9 +84,9 @@ int ReplayOne(uint64_t seed) {
     std::printf("  violated: %s\n", violation.c_str());
   }
   if (!result.ok() && steps.empty() && absl::GetFlag(FLAGS_shrink)) {
-    std::printf("%s", FailureReport(seed, /*shrink=*/true,
-                                    options.check_credit_stalls)
-                          .c_str());
+    std::printf(
+        "%s", FailureReport(seed, /*shrink=*/true, options.check_credit_stalls)
+                  .c_str());
   }
   return result.ok() ? 0 : 1;
 }

@@ -6,6 +6,7 @@
 #
 #   1. lint                              clang-format, buildifier (ci/lint.sh)
 #   2. bazel test --config=werror //...  unit, mock and sim suites (gcc, -Werror)
+#      then the swarm's 10,000 seeds      opt mode (docs/testing.md)
 #   3. the same under ASan and UBSan     every suite
 #   4. TSan                              the threaded suites
 #   5. fuzzing                           handshake decoder, MC_* parser
@@ -47,6 +48,10 @@ threaded_targets=(
 stage "install build dependencies" ci/install_deps.sh build
 stage "lint (clang-format, buildifier)" ci/lint.sh
 stage "bazel test --config=werror //..." bazel test --config=werror //...
+# The swarm's CI budget (docs/testing.md): 10,000 seeds in opt mode. The
+# swarm_test target above runs 500 of them in each of the three configs.
+stage "swarm (10,000 seeds, opt)" \
+  bazel run -c opt //tests/swarm:swarm -- --seeds=10000
 stage "bazel test --config=asan //..." bazel test --config=asan //...
 stage "bazel test --config=ubsan //..." bazel test --config=ubsan //...
 # The 1 GiB transfer (2 GiB of buffers, copied once) would need several

@@ -73,6 +73,10 @@ void SimEnv::AddParticipant() {
 void SimEnv::RemoveParticipant() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // News first: a waiter that looked before this thread finished (say, at
+    // its `done` flag) must not count as blocked on an up-to-date token once
+    // the count drops, or it would see a deadlock that is not there.
+    generation_.fetch_add(1, std::memory_order_seq_cst);
     --participants_;
   }
   // The others may all be blocked now: let one of them move the clock.

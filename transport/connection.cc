@@ -75,7 +75,10 @@ absl::Status Connection::UsableLocked() const {
 }
 
 void Connection::FailLocked(absl::Status status) {
-  if (failure_.ok()) failure_ = std::move(status);
+  // Only news wakes the waiters: a wait that fails again and again (a CQ in
+  // error, polled while quiescing) must not keep the Env's clock from moving.
+  if (!failure_.ok()) return;
+  failure_ = std::move(status);
   NotifyLocked();
 }
 

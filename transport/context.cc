@@ -111,6 +111,12 @@ AsyncEventCounts Context::async_events() const {
 
 void Context::RegisterListener(AsyncEventListener* listener, const ibv_qp* qp,
                                const ibv_cq* cq) const {
+  // Events still queued were raised before this QP and CQ existed: they
+  // concern the listeners registered so far, not this one (a PORT_ERR
+  // queued before the port came back up must not fail a connection made
+  // after it). Dispatch them first; a concurrent drainer finishes first.
+  std::lock_guard<std::mutex> drain(async_drain_mu_);
+  DrainAsyncEventsLocked();
   std::lock_guard<std::mutex> lock(listeners_mu_);
   listeners_.push_back({listener, qp != nullptr ? qp->qp_num : 0, cq});
 }
@@ -126,7 +132,12 @@ void Context::UnregisterListener(AsyncEventListener* listener) const {
 
 int Context::PollAsyncEvents() const {
   std::unique_lock<std::mutex> drain(async_drain_mu_, std::try_to_lock);
-  if (!drain.owns_lock() || device_ == nullptr) return 0;
+  if (!drain.owns_lock()) return 0;
+  return DrainAsyncEventsLocked();
+}
+
+int Context::DrainAsyncEventsLocked() const {
+  if (device_ == nullptr) return 0;
   int count = 0;
   while (true) {
     ibv_async_event event = {};

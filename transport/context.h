@@ -29,6 +29,10 @@
 //   IBV_EVENT_GID_CHANGE                  choose the GID again for new QPs
 //   anything else                                      counted only
 // with kUnavailable naming the event; async_events() counts them all.
+// "Every connection" is every one registered when the event is read: a
+// connection registers (RegisterListener) only after the events already
+// queued have been dispatched, so an event raised before it existed (a
+// PORT_ERR from before the port came back up, read late) never fails it.
 //
 // Operator facts at start-up. Open() reads the port's host traffic-class
 // override (traffic_class_override.h): when the driver will replace a
@@ -171,6 +175,8 @@ class Context {
   AsyncEventCounts async_events() const;
 
   // Connections register their QP and CQ to hear about events on them.
+  // RegisterListener first dispatches the events already queued (raised
+  // before the QP existed) to the listeners registered so far.
   void RegisterListener(AsyncEventListener* listener, const ibv_qp* qp,
                         const ibv_cq* cq) const;
   void UnregisterListener(AsyncEventListener* listener) const;
@@ -181,6 +187,8 @@ class Context {
         device_name_(std::move(device_name)),
         config_(std::move(config)) {}
 
+  // PollAsyncEvents' loop, with async_drain_mu_ held.
+  int DrainAsyncEventsLocked() const;
   void DispatchAsyncEvent(ibv_event_type type, uint32_t qp_num,
                           const ibv_cq* cq) const;
   // Prints "rdma_transport: warning: <text>" and keeps it in warnings_.

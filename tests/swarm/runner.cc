@@ -297,13 +297,28 @@ void Run::Send(Link& link, const swarm::Step& step, int index) {
                               : std::min(step.size, limit);
     std::vector<std::byte> message =
         Payload(step.conn, link.generation, step.side, stream.next_seq, size);
-    // When the peer has taken every message, its credits are back (all but
-    // fewer than a credit batch, leaving more than the three data needs):
-    // Send must go through, or the connection must fail, well within
-    // kStallBound (a retransmission or a keepalive's retry budget).
+    // When the peer has taken every message and seen every credit message
+    // this side sent, its credits are back (all but fewer than a credit
+    // batch, leaving more than the three data needs): Send must go through,
+    // or the connection must fail, well within kStallBound (a
+    // retransmission or a keepalive's retry budget).
+    //
+    // Seeing them takes a call: a credit message consumes one of the
+    // peer's receives, which the peer reposts (and owes back) only when it
+    // next polls, and nothing polls an idle connection. Without this turn
+    // the sender's own credit returns leave it short (seed 1351: 2 credits,
+    // with 2 credit messages unread by the peer and 1 credit owed), a
+    // stall that an application calling Receive() or watching event_fd()
+    // does not see (docs/testing.md, "Bugs found", 4).
     Side& peer = link.sides[1 - step.side];
-    const bool peer_drained = options_.check_credit_stalls &&
-                              stream.in_flight.empty() && peer.usable();
+    bool peer_drained = false;
+    if (options_.check_credit_stalls && stream.in_flight.empty() &&
+        peer.usable()) {
+      Drain(link, 1 - step.side, 1, milliseconds(1), false);
+      peer_drained =
+          peer.usable() && peer.connection->stats().credit_messages_received ==
+                               sender.connection->stats().credit_messages_sent;
+    }
     const Deadline deadline =
         env().DeadlineIn(peer_drained ? kStallBound : wait);
     const absl::Status status = sender.connection->Send(message, deadline);
@@ -563,10 +578,10 @@ void Run::Heal() {
     if (killed_[side]) (void)faults.ReviveDevice(devices_[side]);
     if (port_down_[side] || killed_[side]) (void)faults.PortUp(devices_[side]);
   }
-  // Workaround for a transport bug the swarm found (docs/testing.md, "Bugs
-  // found"): a port event still queued when a connection is made fails the
-  // new connection, though the port is back up. An application's event loop
-  // would have read the events by now; do the same.
+  // The old workaround for a transport bug the swarm found (docs/testing.md,
+  // "Bugs found", 3, fixed in Context::RegisterListener): a port event still
+  // queued when a connection was made failed the new connection, though the
+  // port was back up.
   if (options_.drain_stale_async_events) {
     for (const auto& context : contexts_) {
       if (context != nullptr) context->PollAsyncEvents();

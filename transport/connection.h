@@ -381,6 +381,11 @@ class Connection final : private AsyncEventListener {
   // immediate; keepalive: one inline byte); returns its sequence number.
   absl::StatusOr<uint64_t> PostControlLocked(WrKind kind, uint32_t imm);
   absl::Status RepostLocked(uint32_t slot);
+  // rdma_wrs_[batch] and rdma_sges_[batch] for `length` bytes of `op` from
+  // `op_offset`: a WRITE (inline when it fits) or READ, neither chained nor
+  // signalled (Write()/Read() and PostWrite()/PostRead() do that).
+  ibv_send_wr& FillRdmaWr(uint32_t batch, const RdmaOp& op, uint64_t op_offset,
+                          uint64_t length, bool is_write);
   void MaybeReturnCreditsLocked();
   // Polls and waits until `ready()` holds. The connection's failure if one
   // comes first; kDeadlineExceeded "<name>: <waiting_for> before the

@@ -123,24 +123,7 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     while (batch < options_.max_rdma_batch && op_index < ops.size()) {
       const RdmaOp& op = ops[op_index];
       const uint64_t length = std::min(op.length - op_offset, max_piece);
-      ibv_sge& sge = rdma_sges_[batch];
-      sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset +
-                                            op_offset);
-      sge.length = static_cast<uint32_t>(length);
-      sge.lkey = op.local->lkey();
-      ibv_send_wr& wr = rdma_wrs_[batch];
-      wr = ibv_send_wr{};
-      wr.wr_id =
-          MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
-      wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
-      wr.sg_list = &sge;
-      wr.num_sge = length > 0 ? 1 : 0;
-      wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset + op_offset;
-      wr.wr.rdma.rkey = op.remote.rkey;
-      if (is_write && ShouldSendInline(static_cast<uint32_t>(length),
-                                       inline_.usable_inline)) {
-        wr.send_flags |= IBV_SEND_INLINE;
-      }
+      ibv_send_wr& wr = FillRdmaWr(batch, op, op_offset, length, is_write);
       unsignaled_bytes += length;
       if (unsignaled_bytes >= kProgressSignalBytes) {
         wr.send_flags |= IBV_SEND_SIGNALED;

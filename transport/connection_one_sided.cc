@@ -31,6 +31,30 @@ constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
 
 }  // namespace
 
+ibv_send_wr& Connection::FillRdmaWr(uint32_t batch, const RdmaOp& op,
+                                    uint64_t op_offset, uint64_t length,
+                                    bool is_write) {
+  ibv_sge& sge = rdma_sges_[batch];
+  sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset +
+                                        op_offset);
+  sge.length = static_cast<uint32_t>(length);
+  sge.lkey = op.local->lkey();
+  ibv_send_wr& wr = rdma_wrs_[batch];
+  wr = ibv_send_wr{};
+  wr.wr_id =
+      MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
+  wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+  wr.sg_list = &sge;
+  wr.num_sge = length > 0 ? 1 : 0;
+  wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset + op_offset;
+  wr.wr.rdma.rkey = op.remote.rkey;
+  if (is_write &&
+      ShouldSendInline(static_cast<uint32_t>(length), inline_.usable_inline)) {
+    wr.send_flags |= IBV_SEND_INLINE;
+  }
+  return wr;
+}
+
 absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
                                       bool is_write) const {
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -97,24 +121,7 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
            batch_bytes < max_batch_bytes) {
       const RdmaOp& op = ops[op_index];
       const uint64_t length = std::min(op.length - op_offset, max_piece);
-      ibv_sge& sge = rdma_sges_[batch];
-      sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset +
-                                            op_offset);
-      sge.length = static_cast<uint32_t>(length);
-      sge.lkey = op.local->lkey();
-      ibv_send_wr& wr = rdma_wrs_[batch];
-      wr = ibv_send_wr{};
-      wr.wr_id =
-          MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
-      wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
-      wr.sg_list = &sge;
-      wr.num_sge = length > 0 ? 1 : 0;
-      wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset + op_offset;
-      wr.wr.rdma.rkey = op.remote.rkey;
-      if (is_write && ShouldSendInline(static_cast<uint32_t>(length),
-                                       inline_.usable_inline)) {
-        wr.send_flags |= IBV_SEND_INLINE;
-      }
+      ibv_send_wr& wr = FillRdmaWr(batch, op, op_offset, length, is_write);
       // Progress inside a large batch: a completion every
       // kProgressSignalBytes, which the watchdog counts as progress.
       unsignaled_bytes += length;

@@ -21,15 +21,7 @@ set -euo pipefail
 log() { echo "apt_suite: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-cache_root() {
-  if [[ -n "${SOFTROCE_CACHE_DIR:-}" ]]; then
-    echo "$SOFTROCE_CACHE_DIR"
-  elif mkdir -p /var/cache/rdma_transport 2>/dev/null && [[ -w /var/cache/rdma_transport ]]; then
-    echo /var/cache/rdma_transport
-  else
-    echo "${XDG_CACHE_HOME:-$HOME/.cache}/rdma_transport"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/cache_root.sh"
 
 # The URI of the machine's Debian (not -security) archive, from deb822
 # .sources files or one-line sources.list entries naming bookworm.

@@ -31,15 +31,7 @@ packages=(
   g++ pkg-config ca-certificates
 )
 
-cache_root() {
-  if [[ -n "${SOFTROCE_CACHE_DIR:-}" ]]; then
-    echo "$SOFTROCE_CACHE_DIR"
-  elif mkdir -p /var/cache/rdma_transport 2>/dev/null && [[ -w /var/cache/rdma_transport ]]; then
-    echo /var/cache/rdma_transport
-  else
-    echo "${XDG_CACHE_HOME:-$HOME/.cache}/rdma_transport"
-  fi
-}
+source "$here/cache_root.sh"
 root=${SID_CHROOT_DIR:-$(cache_root)/sid-chroot}
 
 # in_chroot CMD...: CMD in the chroot with /proc, /dev, /sys mounted.

@@ -5,6 +5,7 @@
 
 #include "transport/handshake_extensions.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -206,40 +207,33 @@ bool HasExtensions(const HandshakeMessage& message) {
          !message.unknown_extensions.empty();
 }
 
-absl::Status CheckExtensions(const HandshakeMessage& message) {
-  const HandshakeType type = message.type;
-  auto misplaced = [&](HandshakeExtensionType extension) {
+// One known extension of `message`, if present: it belongs in a frame of
+// `type` and `check` accepts its value.
+template <typename Value, typename Check>
+absl::Status CheckKnownExtension(HandshakeType type,
+                                 HandshakeExtensionType extension,
+                                 const std::optional<Value>& value,
+                                 Check check) {
+  if (!value.has_value()) return absl::OkStatus();
+  if (!BelongsTo(extension, type)) {
     return Invalid(type,
                    absl::StrCat("extension ",
                                 ExtensionName(static_cast<uint16_t>(extension)),
                                 " does not belong in this frame"));
-  };
-  if (message.read_depth.has_value()) {
-    if (!BelongsTo(HandshakeExtensionType::kReadDepth, type)) {
-      return misplaced(HandshakeExtensionType::kReadDepth);
-    }
-    if (absl::Status status = CheckReadDepth(type, *message.read_depth);
-        !status.ok()) {
-      return status;
-    }
   }
-  if (message.traffic.has_value()) {
-    if (!BelongsTo(HandshakeExtensionType::kTraffic, type)) {
-      return misplaced(HandshakeExtensionType::kTraffic);
-    }
-    if (absl::Status status = CheckTraffic(type, *message.traffic);
-        !status.ok()) {
-      return status;
-    }
-  }
-  if (message.retry_after_ms.has_value()) {
-    if (!BelongsTo(HandshakeExtensionType::kRetryAfter, type)) {
-      return misplaced(HandshakeExtensionType::kRetryAfter);
-    }
-    if (absl::Status status = CheckRetryAfter(type, *message.retry_after_ms);
-        !status.ok()) {
-      return status;
-    }
+  return check(type, *value);
+}
+
+absl::Status CheckExtensions(const HandshakeMessage& message) {
+  const HandshakeType type = message.type;
+  for (const absl::Status& status :
+       {CheckKnownExtension(type, HandshakeExtensionType::kReadDepth,
+                            message.read_depth, CheckReadDepth),
+        CheckKnownExtension(type, HandshakeExtensionType::kTraffic,
+                            message.traffic, CheckTraffic),
+        CheckKnownExtension(type, HandshakeExtensionType::kRetryAfter,
+                            message.retry_after_ms, CheckRetryAfter)}) {
+    if (!status.ok()) return status;
   }
   int previous = -1;
   for (const HandshakeExtension& extension : message.unknown_extensions) {

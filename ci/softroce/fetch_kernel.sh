@@ -33,15 +33,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { echo "fetch_kernel: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-cache_root() {
-  if [[ -n "${SOFTROCE_CACHE_DIR:-}" ]]; then
-    echo "$SOFTROCE_CACHE_DIR"
-  elif mkdir -p /var/cache/rdma_transport 2>/dev/null && [[ -w /var/cache/rdma_transport ]]; then
-    echo /var/cache/rdma_transport
-  else
-    echo "${XDG_CACHE_HOME:-$HOME/.cache}/rdma_transport"
-  fi
-}
+source "$here/../cache_root.sh"
 
 # Prints the name of the package linux-image-amd64 depends on, e.g.
 # linux-image-6.1.0-57-amd64, or nothing when apt does not know it.

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -43,6 +44,28 @@ TransportConfig Config(const TransportOptions& options) {
       options, [](std::string_view) { return std::optional<std::string>(); });
   EXPECT_TRUE(config.ok()) << config.status();
   return config.value_or(TransportConfig{});
+}
+
+// A client and a server context on two new devices of `fabric`.
+struct ContextPair {
+  std::unique_ptr<Context> client;
+  std::unique_ptr<Context> server;
+};
+absl::StatusOr<ContextPair> OpenPair(sim::Fabric& fabric, Verbs& verbs,
+                                     const sim::DeviceProfile& client_device,
+                                     const sim::DeviceProfile& server_device,
+                                     const TransportConfig& config) {
+  ContextPair pair;
+  for (auto [profile, context] : {std::pair{&client_device, &pair.client},
+                                  std::pair{&server_device, &pair.server}}) {
+    absl::StatusOr<std::string> device = fabric.AddDevice(*profile);
+    if (!device.ok()) return device.status();
+    absl::StatusOr<std::unique_ptr<Context>> opened =
+        Context::Open(verbs, *device, config);
+    if (!opened.ok()) return opened.status();
+    *context = *std::move(opened);
+  }
+  return pair;
 }
 
 TEST(OperatorFactsTest, FirstIpv4EntryAtIndexThreeIsChosenAndExplained) {
@@ -115,18 +138,13 @@ TEST(OperatorFactsTest, AddressRangeFilterPicksTheMatchingIpv4Entry) {
 TEST(OperatorFactsTest, FilteredConnectionUsesTheMatchingNetwork) {
   sim::Fabric fabric;
   sim::SimVerbs verbs(&fabric);
-  absl::StatusOr<std::string> a = fabric.AddDevice(TwoNetworksProfile(1));
-  absl::StatusOr<std::string> b = fabric.AddDevice(TwoNetworksProfile(2));
-  ASSERT_TRUE(a.ok() && b.ok());
   TransportOptions options;
   options.gid_subnet = "10.1.0.0/24";
-  const TransportConfig config = Config(options);
-  absl::StatusOr<std::unique_ptr<Context>> client =
-      Context::Open(verbs, *a, config);
-  absl::StatusOr<std::unique_ptr<Context>> server =
-      Context::Open(verbs, *b, config);
-  ASSERT_TRUE(client.ok() && server.ok());
-  DialResult dial = Dial(**client, **server, ConnectionOptions{});
+  absl::StatusOr<ContextPair> pair =
+      OpenPair(fabric, verbs, TwoNetworksProfile(1), TwoNetworksProfile(2),
+               Config(options));
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  DialResult dial = Dial(*pair->client, *pair->server, ConnectionOptions{});
   ASSERT_TRUE(dial.client.ok()) << dial.client.status();
   ASSERT_TRUE(dial.server.ok()) << dial.server.status();
   ibv_qp_attr attr = {};
@@ -198,57 +216,49 @@ TEST(OperatorFactsTest, HostTrafficClassOverrideWinsOnTheWireAndIsWarned) {
   sim::SimVerbs verbs(&fabric);
   sim::DeviceProfile profile = sim::ConnectX7();
   profile.traffic_class_override = 106;
-  absl::StatusOr<std::string> a = fabric.AddDevice(profile);
-  absl::StatusOr<std::string> b = fabric.AddDevice(profile);
-  ASSERT_TRUE(a.ok() && b.ok());
   TransportOptions options;
   options.traffic_class = 136;
-  const TransportConfig config = Config(options);
-  absl::StatusOr<std::unique_ptr<Context>> client =
-      Context::Open(verbs, *a, config);
-  absl::StatusOr<std::unique_ptr<Context>> server =
-      Context::Open(verbs, *b, config);
-  ASSERT_TRUE(client.ok() && server.ok());
+  absl::StatusOr<ContextPair> pair =
+      OpenPair(fabric, verbs, profile, profile, Config(options));
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  const std::unique_ptr<Context>& client = pair->client;
+  const std::unique_ptr<Context>& server = pair->server;
 
-  ASSERT_TRUE((*client)->traffic_class_override().has_value());
-  EXPECT_EQ((*client)->traffic_class_override()->traffic_class, 106);
-  EXPECT_EQ((*client)->traffic_class_override()->path,
+  ASSERT_TRUE(client->traffic_class_override().has_value());
+  EXPECT_EQ(client->traffic_class_override()->traffic_class, 106);
+  EXPECT_EQ(client->traffic_class_override()->path,
             "/sys/class/infiniband/sim_cx7_0/tc/1/traffic_class");
-  ASSERT_THAT((*client)->warnings(), SizeIs(1));
-  EXPECT_THAT((*client)->warnings()[0],
+  ASSERT_THAT(client->warnings(), SizeIs(1));
+  EXPECT_THAT(client->warnings()[0],
               HasSubstr("sim_cx7_0 port 1: /sys/class/infiniband/sim_cx7_0/tc/"
                         "1/traffic_class holds \"Global tclass=106\""));
-  EXPECT_THAT((*client)->warnings()[0], HasSubstr("overriding MC_IB_TC=136"));
+  EXPECT_THAT(client->warnings()[0], HasSubstr("overriding MC_IB_TC=136"));
 
-  const sim::SimCounters counters = OneRoundTrip(fabric, **client, **server);
+  const sim::SimCounters counters = OneRoundTrip(fabric, *client, *server);
   EXPECT_GT(counters.packets_sent, 0u);
   EXPECT_EQ(counters.packets_with_traffic_class(106), counters.packets_sent);
   EXPECT_EQ(counters.packets_with_traffic_class(136), 0u);
-  EXPECT_EQ((*client)->qps_under_traffic_class_override(), 1u);
-  EXPECT_EQ((*server)->qps_under_traffic_class_override(), 1u);
+  EXPECT_EQ(client->qps_under_traffic_class_override(), 1u);
+  EXPECT_EQ(server->qps_under_traffic_class_override(), 1u);
 }
 
 TEST(OperatorFactsTest, WithoutAnOverrideTheWireCarriesMcIbTc) {
   sim::Fabric fabric;
   sim::SimVerbs verbs(&fabric);
-  absl::StatusOr<std::string> a = fabric.AddDevice(sim::ConnectX7());
-  absl::StatusOr<std::string> b = fabric.AddDevice(sim::ConnectX7());
-  ASSERT_TRUE(a.ok() && b.ok());
   TransportOptions options;
   options.traffic_class = 136;
-  const TransportConfig config = Config(options);
-  absl::StatusOr<std::unique_ptr<Context>> client =
-      Context::Open(verbs, *a, config);
-  absl::StatusOr<std::unique_ptr<Context>> server =
-      Context::Open(verbs, *b, config);
-  ASSERT_TRUE(client.ok() && server.ok());
-  EXPECT_FALSE((*client)->traffic_class_override().has_value());
-  EXPECT_THAT((*client)->warnings(), IsEmpty());
+  absl::StatusOr<ContextPair> pair = OpenPair(
+      fabric, verbs, sim::ConnectX7(), sim::ConnectX7(), Config(options));
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  const std::unique_ptr<Context>& client = pair->client;
+  const std::unique_ptr<Context>& server = pair->server;
+  EXPECT_FALSE(client->traffic_class_override().has_value());
+  EXPECT_THAT(client->warnings(), IsEmpty());
 
-  const sim::SimCounters counters = OneRoundTrip(fabric, **client, **server);
+  const sim::SimCounters counters = OneRoundTrip(fabric, *client, *server);
   EXPECT_GT(counters.packets_sent, 0u);
   EXPECT_EQ(counters.packets_with_traffic_class(136), counters.packets_sent);
-  EXPECT_EQ((*client)->qps_under_traffic_class_override(), 0u);
+  EXPECT_EQ(client->qps_under_traffic_class_override(), 0u);
 }
 
 }  // namespace

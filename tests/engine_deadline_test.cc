@@ -202,7 +202,7 @@ TEST_F(EngineDeadlineTest, AnOverdueOpIsNoticedWhileOthersKeepTheEngineBusy) {
   // fabric stepped event by event.
   size_t next = 0;
   uint64_t calls = 0;
-  while (!ended_.count(overdue) && calls < 10'000'000) {
+  while (!ended_.count(overdue) && calls < 100'000) {
     if (clients_[1]->async_ops_in_flight() < 8) {
       Post(1, next % 16, 1, true, kNoDeadline);
       ++next;

@@ -421,12 +421,12 @@ void EngineInFlightTest::KillOnePeerMidway(Death death) {
       "victim: %zu ops posted; %zu completed before the kill; at the kill "
       "%zu WRITEs + %zu READs in flight; after it %zu completed, %zu FAILED, "
       "%zu OUTCOME_UNKNOWN, last ended %.3f ms after the kill; %zu ops in "
-      "all\n",
+      "all; the victim: %s\n",
       victim_ops, before, pending_writes, pending_reads, completed_after,
       failed, unknown,
       std::chrono::duration<double, std::milli>(victim_last_end - kill_time)
           .count(),
-      ops.size());
+      ops.size(), clients_[kVictim]->status().ToString().c_str());
 }
 
 TEST_F(EngineInFlightTest, APeerProcessKilledMidwayEndsEachOfItsOpsOnce) {

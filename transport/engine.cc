@@ -225,16 +225,14 @@ int Engine::Progress() {
   }
   const int n = *polled;
   // A service turn after kServiceInterval empty polls in a row, and after
-  // kBusyServiceInterval calls however busy: a connection whose ops are
-  // stuck is noticed (deadlines, liveness) while others keep the CQ full.
+  // kBusyServiceInterval calls however busy (once what was polled is
+  // dispatched): a connection whose ops are stuck is noticed (deadlines,
+  // liveness) while others keep the CQ full.
   ++turns_since_service_;
-  if (n == 0 ? ++idle_turns_ >= kServiceInterval
-             : turns_since_service_ >= kBusyServiceInterval) {
-    uint32_t readable[kMaxEvents];
-    const size_t count = ReadEvents(readable);
-    (void)Service({readable, count});
+  if (n == 0) {
+    if (++idle_turns_ >= kServiceInterval) ServiceTurn();
+    return 0;
   }
-  if (n == 0) return 0;
   idle_turns_ = 0;
   stats_.completions += n;
   int i = 0;
@@ -256,7 +254,14 @@ int Engine::Progress() {
     }
     i = j;
   }
+  if (turns_since_service_ >= kBusyServiceInterval) ServiceTurn();
   return n;
+}
+
+void Engine::ServiceTurn() {
+  uint32_t readable[kMaxEvents];
+  const size_t count = ReadEvents(readable);
+  (void)Service({readable, count});
 }
 
 void Engine::DrainChannel() {

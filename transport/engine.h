@@ -225,6 +225,7 @@ class Engine {
   // Reads fd()'s epoll set without waiting: takes the channel's events and
   // puts the slots of readable setup streams in `setup_readable`.
   size_t ReadEvents(std::span<uint32_t> setup_readable);
+  void ServiceTurn();  // ReadEvents() then Service(), from Progress()
   void DrainChannel();
 
   const Context& context_;

@@ -112,6 +112,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "transport/async_op.h"
 #include "transport/context.h"
 #include "transport/credits.h"
 #include "transport/deadline.h"
@@ -241,8 +242,12 @@ class Connection final : private AsyncEventListener {
   // must stay registered and untouched (READ targets: unread) until the
   // op's completion is taken. Pieces are cut as Write() cuts them; unlike
   // Write(), no cap on bytes in flight (kSoftRoceInFlightBytes) applies yet.
-  absl::StatusOr<OpHandle> PostWrite(std::span<const RdmaOp> ops);
-  absl::StatusOr<OpHandle> PostRead(std::span<const RdmaOp> ops);
+  // An op of the batch not ended by `deadline` (Env clock) fails the
+  // connection with kDeadlineExceeded (engine.h, "Deadlines").
+  absl::StatusOr<OpHandle> PostWrite(std::span<const RdmaOp> ops,
+                                     Deadline deadline = kNoDeadline);
+  absl::StatusOr<OpHandle> PostRead(std::span<const RdmaOp> ops,
+                                    Deadline deadline = kNoDeadline);
   // Asynchronous operations posted and not yet ended.
   size_t async_ops_in_flight() const;
 
@@ -414,7 +419,8 @@ class Connection final : private AsyncEventListener {
 
   // Asynchronous operations (connection_async.cc), with mu_ held.
   absl::StatusOr<OpHandle> PostAsyncLocked(std::span<const RdmaOp> ops,
-                                           bool is_write);
+                                           bool is_write, Deadline deadline);
+  void CheckAsyncDeadlinesLocked(Deadline now);  // engine.h, "Deadlines"
   // A send-queue completion of sequence `seq` with `status`: ends the
   // operations it decides, in order.
   void EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status);
@@ -537,14 +543,8 @@ class Connection final : private AsyncEventListener {
   uint64_t engine_dispatched_ = 0;  // completions the engine handed over
 
   // Asynchronous operations in flight, oldest first (a ring of sq_depth_).
-  struct AsyncOp {
-    OpHandle handle = 0;
-    uint64_t first_seq = 0;
-    uint64_t last_seq = 0;
-    uint64_t length = 0;
-    bool is_write = false;
-  };
   std::vector<AsyncOp> async_ops_;
+  Deadline async_deadline_ = kNoDeadline;  // a lower bound of theirs
   size_t async_head_ = 0;
   size_t async_count_ = 0;
   bool async_error_seen_ = false;  // a send completion in error came

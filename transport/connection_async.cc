@@ -6,9 +6,11 @@
 // slots; send-queue completions end them in order (RC completes in order,
 // and each op's last work request is signalled), and after a failure the
 // QP is moved to ERR so that every op still in flight ends with its flush.
-// Also the engine's side of the connection: dispatch and liveness service.
+// Also the engine's side of the connection: dispatch, liveness service and
+// the operations' deadlines.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -50,24 +52,26 @@ absl::Status Connection::NoEngineError() const {
                    "ConnectionOptions::engine"));
 }
 
-absl::StatusOr<OpHandle> Connection::PostWrite(std::span<const RdmaOp> ops) {
+absl::StatusOr<OpHandle> Connection::PostWrite(std::span<const RdmaOp> ops,
+                                               Deadline deadline) {
   if (engine_ == nullptr) return NoEngineError();
   if (absl::Status status = CheckRdmaOps(ops, true); !status.ok()) {
     return status;
   }
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
-  return PostAsyncLocked(ops, true);
+  return PostAsyncLocked(ops, true, deadline);
 }
 
-absl::StatusOr<OpHandle> Connection::PostRead(std::span<const RdmaOp> ops) {
+absl::StatusOr<OpHandle> Connection::PostRead(std::span<const RdmaOp> ops,
+                                              Deadline deadline) {
   if (engine_ == nullptr) return NoEngineError();
   if (absl::Status status = CheckRdmaOps(ops, false); !status.ok()) {
     return status;
   }
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
-  return PostAsyncLocked(ops, false);
+  return PostAsyncLocked(ops, false, deadline);
 }
 
 size_t Connection::async_ops_in_flight() const {
@@ -76,7 +80,7 @@ size_t Connection::async_ops_in_flight() const {
 }
 
 absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
-    std::span<const RdmaOp> ops, bool is_write) {
+    std::span<const RdmaOp> ops, bool is_write, Deadline deadline) {
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (peer_closed_) return PeerClosedError();
   if (ops.empty()) {
@@ -109,10 +113,13 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
         ops[i].length == 0 ? 1 : (ops[i].length + max_piece - 1) / max_piece;
     AsyncOp& slot =
         async_ops_[(async_head_ + async_count_) % async_ops_.size()];
-    slot = {first + i, seq, seq + pieces - 1, ops[i].length, is_write};
+    slot = {first + i,     seq,      seq + pieces - 1,
+            ops[i].length, deadline, is_write};
     ++async_count_;
     seq += pieces;
   }
+  // No clock read: the engine's service turns compare (engine.h).
+  async_deadline_ = std::min(async_deadline_, deadline);
 
   // Post in chains of at most max_rdma_batch work requests.
   size_t op_index = 0;
@@ -258,6 +265,36 @@ void Connection::AdvanceAsyncAfterFailureLocked(Deadline now) {
   EndAllAsyncOpsLocked(failure_);
 }
 
+void Connection::CheckAsyncDeadlinesLocked(Deadline now) {
+  if (async_count_ == 0) {
+    async_deadline_ = kNoDeadline;
+    return;
+  }
+  if (now < async_deadline_) return;
+  // async_deadline_ is only a lower bound (ops that ended keep it there):
+  // look for an op really overdue, and make the bound exact if none is.
+  Deadline earliest = kNoDeadline;
+  for (size_t i = 0; i < async_count_; ++i) {
+    const AsyncOp& op = async_ops_[(async_head_ + i) % async_ops_.size()];
+    if (op.deadline > now) {
+      earliest = std::min(earliest, op.deadline);
+      continue;
+    }
+    // An RC operation cannot be cancelled but by failing its QP: the flush
+    // then ends this op and every other in flight (AdvanceAsync...).
+    const auto late = std::chrono::duration_cast<std::chrono::microseconds>(
+        now - op.deadline);
+    FailLocked(absl::DeadlineExceededError(absl::StrCat(
+        name_, ": asynchronous ", op.is_write ? "WRITE" : "READ", " (handle ",
+        op.handle, ", ", op.length, " bytes) not done by its deadline (seen ",
+        late.count(), " us after it); the connection was failed to end it")));
+    async_deadline_ = kNoDeadline;
+    AdvanceAsyncAfterFailureLocked(now);
+    return;
+  }
+  async_deadline_ = earliest;
+}
+
 void Connection::EngineDispatch(std::span<const ibv_wc> wcs) {
   std::unique_lock<std::mutex> lock = Enter();
   for (const ibv_wc& wc : wcs) HandleCompletionLocked(wc);
@@ -277,8 +314,12 @@ Deadline Connection::EngineService(Deadline now, bool setup_readable) {
   if (active_calls_ > 0) return kNoDeadline;
   ServiceLocked(lock, setup_readable, false);
   CheckStalledLocked(now);
+  if (failure_.ok()) CheckAsyncDeadlinesLocked(now);
   if (failure_.ok()) (void)MaybeKeepaliveLocked(now);
   Deadline wake = failure_.ok() ? NextTimerLocked() : kNoDeadline;
+  if (failure_.ok() && async_count_ > 0) {
+    wake = std::min(wake, async_deadline_);
+  }
   if (!failure_.ok() && async_count_ > 0) {
     AdvanceAsyncAfterFailureLocked(now);
     if (async_count_ > 0) wake = std::min(wake, async_flush_deadline_);

@@ -224,13 +224,13 @@ int Engine::Progress() {
     return 0;
   }
   const int n = *polled;
+  // A service turn after kServiceInterval empty polls in a row, and after
+  // kBusyServiceInterval calls however busy (once what was polled is
+  // dispatched): a connection whose ops are stuck is noticed (deadlines,
+  // liveness) while others keep the CQ full.
+  ++turns_since_service_;
   if (n == 0) {
-    if (++idle_turns_ >= kServiceInterval) {
-      idle_turns_ = 0;
-      uint32_t readable[kMaxEvents];
-      const size_t count = ReadEvents(readable);
-      (void)Service({readable, count});
-    }
+    if (++idle_turns_ >= kServiceInterval) ServiceTurn();
     return 0;
   }
   idle_turns_ = 0;
@@ -254,7 +254,14 @@ int Engine::Progress() {
     }
     i = j;
   }
+  if (turns_since_service_ >= kBusyServiceInterval) ServiceTurn();
   return n;
+}
+
+void Engine::ServiceTurn() {
+  uint32_t readable[kMaxEvents];
+  const size_t count = ReadEvents(readable);
+  (void)Service({readable, count});
 }
 
 void Engine::DrainChannel() {
@@ -284,6 +291,8 @@ size_t Engine::ReadEvents(std::span<uint32_t> setup_readable) {
 }
 
 Deadline Engine::Service(std::span<const uint32_t> setup_readable) {
+  idle_turns_ = 0;
+  turns_since_service_ = 0;
   context_.PollAsyncEvents();
   const Deadline now = env_.Now();
   Deadline wake = kNoDeadline;
@@ -317,12 +326,13 @@ absl::Status Engine::Wait(Deadline deadline) {
     const size_t count = ReadEvents(readable);
     const Deadline wake = Service({readable, count});
     if (finished_count_ > 0) return absl::OkStatus();
+    // The channel event (if any) was taken by ReadEvents; the CQ needs
+    // arming again before sleeping, and before returning: the caller's
+    // epoll on fd() must see the next completion.
+    if (!cq_armed_) continue;
     if (env_.Now() >= deadline) {
       return absl::DeadlineExceededError("engine: nothing before the deadline");
     }
-    // The channel event (if any) was taken by ReadEvents; the CQ may need
-    // arming again before sleeping.
-    if (!cq_armed_) continue;
     pollfd fd = {epoll_fd_, POLLIN, 0};
     env_.Wait(token, {&fd, 1}, std::min(deadline, wake), WaitKind::kBlock);
   }

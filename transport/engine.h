@@ -44,8 +44,9 @@
 // ProgressMode (the engine's fd is the one to sleep on).
 //
 // Liveness. The engine notices failures that come through the CQ (a retry
-// exhaustion, a flush) and, in Wait() and every kServiceInterval empty
-// Progress() calls, services its connections: the device's async events,
+// exhaustion, a flush) and, in Wait(), every kServiceInterval empty
+// Progress() calls in a row and every kBusyServiceInterval Progress() calls
+// whatever they found, services its connections: the device's async events,
 // setup streams that closed (a peer process gone), keepalive probes and the
 // completion watchdog, exactly as a blocking call's wait does. A connection
 // that failed with asynchronous operations outstanding has its QP moved to
@@ -61,6 +62,32 @@
 // exactly once, in posting order per connection; none is lost when its
 // connection fails, closes or is destroyed (those left then end FAILED or
 // OUTCOME_UNKNOWN).
+//
+// Deadlines. PostWrite()/PostRead() take an optional deadline for their
+// batch, on the Env's clock (virtual on the simulator). An RC operation
+// cannot be cancelled, and reporting a deadline while the op stays in
+// flight would leave the caller's memory in the NIC's hands indefinitely,
+// so the contract is: an op not ended by its deadline fails its connection.
+// At the first service turn at or after the deadline (Wait() wakes up for
+// it) the connection fails with kDeadlineExceeded naming the op, its QP
+// goes to ERR, and every op still in flight on it - the overdue one and all
+// posted after or before it - ends with its flush completion (within
+// kFlushWait, else the QP is destroyed) as after any failure: a WRITE
+// OUTCOME_UNKNOWN, a READ FAILED, each with that kDeadlineExceeded status,
+// which status() and every later call of the connection also return. Ops
+// that completed first stay COMPLETED; other connections are untouched.
+// The deadline is a bound on when the op ends, not on when the NIC is done
+// with the memory: that is its completion, at most kFlushWait later. Nothing
+// reads the clock per op: a post takes the minimum of its connection's
+// deadlines, and a service turn (one clock read) compares; so an overdue op
+// is noticed one service turn late at most (in a tight Progress() loop, up
+// to kBusyServiceInterval calls), and a deadline already past at post is
+// accepted and acted on at the next turn. A connection inside a blocking
+// call (Write(), Send()...) has its deadlines checked after the call ends.
+//
+//   absl::StatusOr<OpHandle> first =
+//       connection->PostRead(ops, env.DeadlineIn(std::chrono::milliseconds(5)));
+//   ... done->status.code() == absl::StatusCode::kDeadlineExceeded when late
 //
 // Thread-safety. An engine and the connections attached to it belong to one
 // thread at a time (the engine's thread): Progress(), Wait(),
@@ -106,6 +133,8 @@ struct EngineOptions {
 
 // Progress() calls that find nothing between two liveness services.
 inline constexpr uint32_t kServiceInterval = 64;
+// Progress() calls, empty or not, after which one services anyway.
+inline constexpr uint32_t kBusyServiceInterval = 1024;
 
 // The end of one asynchronous operation (see the file comment).
 enum class OpOutcome { kCompleted, kFailed, kOutcomeUnknown };
@@ -159,7 +188,8 @@ class Engine {
   absl::Status Wait(Deadline deadline);
   // Readable while Wait() would not sleep for the CQ, a setup stream or an
   // async event: for the application's own epoll set. Call Progress() and
-  // NextCompletion() when it is.
+  // NextCompletion() when it is, then Wait(env.Now()) - it returns with the
+  // CQ armed, a deadline already past or not - before epoll_wait() again.
   int fd() const { return epoll_fd_; }
 
   // The next finished asynchronous operation, oldest first, if any.
@@ -195,6 +225,7 @@ class Engine {
   // Reads fd()'s epoll set without waiting: takes the channel's events and
   // puts the slots of readable setup streams in `setup_readable`.
   size_t ReadEvents(std::span<uint32_t> setup_readable);
+  void ServiceTurn();  // ReadEvents() then Service(), from Progress()
   void DrainChannel();
 
   const Context& context_;
@@ -217,7 +248,8 @@ class Engine {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;  // a stack
   uint32_t attached_ = 0;
-  uint32_t idle_turns_ = 0;
+  uint32_t idle_turns_ = 0;           // empty Progress() calls in a row
+  uint32_t turns_since_service_ = 0;  // Progress() calls since Service()
 
   // Finished operations not yet taken: a ring of max_async_ops entries.
   std::vector<Completion> finished_;

@@ -1,0 +1,436 @@
+// The end-to-end suite's cases for the Engine and the asynchronous API
+// (transport/engine.h), in the same binaries as e2e_test.cc: on the
+// simulator and over libibverbs (Soft-RoCE in CI's VM). Several connections
+// on one engine with blocking calls, PostWrite()/PostRead() batches checked
+// byte for byte, the engine's fd in the caller's epoll set, a dead peer's
+// operations each ended once, and back-pressure from a full send queue.
+// Every wait is bounded by a deadline from the backend's clock (virtual on
+// the simulator), of 30 s without progress: enough for a loaded VM, and it
+// grows with the work since each completion restarts it.
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "sim/fabric.h"
+#include "tests/e2e_fixture.h"
+#include "transport/connection.h"
+#include "transport/engine.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport {
+namespace {
+
+using std::chrono::seconds;
+
+class EngineEndToEndTest : public EndToEndTest {
+ protected:
+  void TearDown() override {
+    pairs_.clear();  // connections before their engine
+    engine_.reset();
+    EndToEndTest::TearDown();
+  }
+
+  // An engine on the client's context and `n` pairs whose client side is on
+  // it (the server sides on CQs of their own).
+  void ConnectOnEngine(int n, ConnectionOptions options = {}) {
+    OpenContexts();
+    absl::StatusOr<std::unique_ptr<Engine>> engine =
+        Engine::Create(client_context());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+    ConnectionOptions client_options = options;
+    client_options.engine = engine_.get();
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<ConnectionPair> pair =
+          ConnectPair(client_options, options, TestListenerOptions());
+      ASSERT_TRUE(pair.ok()) << pair.status();
+      pairs_.push_back(*std::move(pair));
+    }
+  }
+
+  MemoryRegion Register(Context& context, std::vector<std::byte>& memory,
+                        int access) {
+    absl::StatusOr<MemoryRegion> region =
+        context.RegisterMemory(memory, access);
+    EXPECT_TRUE(region.ok()) << region.status();
+    return region.ok() ? *std::move(region) : MemoryRegion();
+  }
+
+  // Takes every finished operation, progressing and waiting, until
+  // `ended` has `count` entries; each handle must end once. Fails when no
+  // operation ends for 30 s (other completions, keepalives, do not count).
+  void DriveUntil(std::map<OpHandle, Completion>& ended, size_t count) {
+    Deadline last_end = env().Now();
+    while (true) {
+      while (std::optional<Completion> c = engine_->NextCompletion()) {
+        ASSERT_TRUE(ended.emplace(c->handle, *c).second)
+            << "handle " << c->handle << " ended twice";
+        last_end = env().Now();
+      }
+      if (ended.size() >= count) return;
+      ASSERT_LT(env().Now() - last_end, seconds(30))
+          << count - ended.size() << " op(s) not ended";
+      if (engine_->Progress() > 0) continue;
+      const absl::Status waited = engine_->Wait(last_end + seconds(30));
+      ASSERT_TRUE(waited.ok() || absl::IsDeadlineExceeded(waited)) << waited;
+    }
+  }
+
+  std::unique_ptr<Engine> engine_;
+  std::vector<ConnectionPair> pairs_;
+};
+
+TEST_F(EngineEndToEndTest, SeveralConnectionsOnOneEngineSendAndReceive) {
+  constexpr int kPairs = 4;
+  ASSERT_NO_FATAL_FAILURE(ConnectOnEngine(kPairs));
+  EXPECT_EQ(engine_->stats().connections, static_cast<uint32_t>(kPairs));
+  std::vector<std::byte> message(4096);
+  std::vector<std::byte> buffer(4096);
+  const int rounds = Scaled(500);
+  for (int seq = 0; seq < rounds; ++seq) {
+    for (int i = 0; i < kPairs; ++i) {
+      const size_t length = MessageLength(i, seq, 4096);
+      FillMessage(i, seq, {message.data(), length});
+      E2E_ASSERT_OK(
+          pairs_[i].client->Send({message.data(), length}, In(seconds(30))));
+    }
+    for (int i = 0; i < kPairs; ++i) {
+      absl::StatusOr<size_t> n =
+          pairs_[i].server->Receive(buffer, In(seconds(30)));
+      ASSERT_TRUE(n.ok()) << n.status();
+      ASSERT_EQ(CheckMessage(i, seq, {buffer.data(), *n}), "");
+      E2E_ASSERT_OK(
+          pairs_[i].server->Send({buffer.data(), *n}, In(seconds(30))));
+    }
+    for (int i = 0; i < kPairs; ++i) {
+      absl::StatusOr<size_t> n =
+          pairs_[i].client->Receive(buffer, In(seconds(30)));
+      ASSERT_TRUE(n.ok()) << n.status();
+      ASSERT_EQ(CheckMessage(i, seq, {buffer.data(), *n}), "");
+    }
+  }
+  const EngineStats stats = engine_->stats();
+  // The clients' completions (a receive each at least) went through the
+  // shared CQ, none astray.
+  EXPECT_GE(stats.completions, static_cast<uint64_t>(kPairs * rounds));
+  EXPECT_EQ(stats.stale_completions, 0u);
+  for (ConnectionPair& pair : pairs_) {
+    EXPECT_EQ(pair.client->stats().messages_received,
+              static_cast<uint64_t>(rounds));
+    E2E_ASSERT_OK(pair.client->Close(In(seconds(30))));
+  }
+}
+
+// One connection's memory for the asynchronous cases.
+struct Lane {
+  std::vector<std::byte> source, target, readback;
+  MemoryRegion source_mr, target_mr, readback_mr;
+};
+constexpr size_t kSpan = 4096;  // op k: up to kSpan bytes at k * kSpan
+
+size_t OpLength(size_t lane, size_t op) {
+  return MessageLength(100 + lane, op, kSpan - 1) + 1;
+}
+
+TEST_F(EngineEndToEndTest, AsyncWriteAndReadBatchesAreByteExact) {
+  constexpr size_t kPairs = 4;
+  constexpr size_t kBatch = 8;
+  // At most this many ops of a lane in flight: 4 lanes x 16 x 4 KiB stays
+  // within the 256 KiB Soft-RoCE keeps in flight (connection.h).
+  constexpr size_t kWindow = 16;
+  const size_t ops = static_cast<size_t>(Scaled(2048)) / kBatch * kBatch +
+                     kBatch;  // a whole number of batches
+  ASSERT_NO_FATAL_FAILURE(ConnectOnEngine(kPairs));
+  std::vector<Lane> lanes(kPairs);
+  for (size_t l = 0; l < kPairs; ++l) {
+    Lane& lane = lanes[l];
+    lane.source.resize(ops * kSpan);
+    for (size_t op = 0; op < ops; ++op) {
+      FillMessage(100 + l, op, {lane.source.data() + op * kSpan, kSpan});
+    }
+    lane.target.assign(ops * kSpan, std::byte{0});
+    lane.readback.assign(ops * kSpan, std::byte{0});
+    lane.source_mr = Register(client_context(), lane.source, kLocalOnly);
+    lane.target_mr =
+        Register(server_context(), lane.target, kRemoteRead | kRemoteWrite);
+    lane.readback_mr = Register(client_context(), lane.readback, kLocalWrite);
+  }
+  std::map<OpHandle, Completion> ended;
+  std::map<OpHandle, std::pair<size_t, size_t>> posted;  // (lane, op)
+  for (const bool write : {true, false}) {
+    std::vector<size_t> next(kPairs, 0);
+    std::vector<size_t> in_flight_base(kPairs, 0);
+    size_t done = 0;
+    while (done < kPairs) {
+      done = 0;
+      for (size_t l = 0; l < kPairs; ++l) {
+        if (next[l] == ops) {
+          ++done;
+          continue;
+        }
+        if (pairs_[l].client->async_ops_in_flight() + kBatch > kWindow) {
+          continue;
+        }
+        Lane& lane = lanes[l];
+        RdmaOp batch[kBatch];
+        for (size_t k = 0; k < kBatch; ++k) {
+          const size_t op = next[l] + k;
+          batch[k] = {write ? &lane.source_mr : &lane.readback_mr, op * kSpan,
+                      OpLength(l, op), lane.target_mr.remote(), op * kSpan};
+        }
+        absl::StatusOr<OpHandle> first =
+            write ? pairs_[l].client->PostWrite(batch)
+                  : pairs_[l].client->PostRead(batch);
+        ASSERT_TRUE(first.ok()) << "lane " << l << ": " << first.status();
+        for (size_t k = 0; k < kBatch; ++k) {
+          posted[*first + k] = {l, next[l] + k};
+        }
+        next[l] += kBatch;
+      }
+      // Something must end before the windows open again.
+      const size_t want = std::min(posted.size(), ended.size() + 1);
+      ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, want));
+    }
+    // WRITEs all done before the READs of the same ranges.
+    ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, posted.size()));
+  }
+  ASSERT_EQ(ended.size(), 2 * kPairs * ops);
+  for (const auto& [handle, c] : ended) {
+    const auto [l, op] = posted.at(handle);
+    ASSERT_EQ(c.outcome, OpOutcome::kCompleted)
+        << "lane " << l << " op " << op << ": " << c.status;
+    ASSERT_EQ(c.connection, pairs_[l].client.get());
+    ASSERT_EQ(c.length, OpLength(l, op));
+  }
+  for (size_t l = 0; l < kPairs; ++l) {
+    const Lane& lane = lanes[l];
+    for (size_t op = 0; op < ops; ++op) {
+      const size_t at = op * kSpan;
+      ASSERT_EQ(std::memcmp(lane.target.data() + at, lane.source.data() + at,
+                            OpLength(l, op)),
+                0)
+          << "lane " << l << " WRITE " << op;
+      ASSERT_EQ(std::memcmp(lane.readback.data() + at, lane.source.data() + at,
+                            OpLength(l, op)),
+                0)
+          << "lane " << l << " READ " << op;
+    }
+    EXPECT_EQ(pairs_[l].client->stats().rdma_writes, ops);
+    EXPECT_EQ(pairs_[l].client->stats().rdma_reads, ops);
+  }
+  EXPECT_EQ(engine_->stats().ops_completed, 2 * kPairs * ops);
+}
+
+TEST_F(EngineEndToEndTest, EngineFdInTheCallersEpollSet) {
+  ASSERT_NO_FATAL_FAILURE(ConnectOnEngine(1));
+  Connection& client = *pairs_[0].client;
+  std::vector<std::byte> source(kSpan), target(kSpan), readback(kSpan);
+  FillMessage(31, 0, source);
+  MemoryRegion source_mr = Register(client_context(), source, kLocalOnly);
+  MemoryRegion target_mr =
+      Register(server_context(), target, kRemoteRead | kRemoteWrite);
+  MemoryRegion readback_mr = Register(client_context(), readback, kLocalWrite);
+  const int epoll = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(epoll, 0);
+  epoll_event event = {};
+  event.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(epoll, EPOLL_CTL_ADD, engine_->fd(), &event), 0);
+  // The simulator raises the completion event inside the post; real NICs
+  // within the round trip.
+  const int timeout_ms = backend().fabric() != nullptr ? 0 : 30000;
+  const int rounds = Scaled(100);
+  for (int i = 0; i < rounds; ++i) {
+    // Nothing in flight: a wait of zero arms the CQ and finds nothing, and
+    // the fd is not readable.
+    EXPECT_TRUE(absl::IsDeadlineExceeded(engine_->Wait(env().Now())));
+    epoll_event ready = {};
+    ASSERT_EQ(epoll_wait(epoll, &ready, 1, 0), 0) << "round " << i;
+    const bool write = i % 2 == 0;
+    const size_t length = OpLength(0, i);
+    RdmaOp op = {write ? &source_mr : &readback_mr, 0, length,
+                 target_mr.remote(), 0};
+    absl::StatusOr<OpHandle> handle =
+        write ? client.PostWrite({&op, 1}) : client.PostRead({&op, 1});
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    // The fd says when to look.
+    ASSERT_EQ(epoll_wait(epoll, &ready, 1, timeout_ms), 1)
+        << "round " << i << ": the engine's fd never became readable";
+    std::optional<Completion> done;
+    for (int turn = 0; turn < 1000000 && !done; ++turn) {
+      engine_->Progress();
+      done = engine_->NextCompletion();
+    }
+    ASSERT_TRUE(done.has_value()) << "readable, yet no completion";
+    EXPECT_EQ(done->handle, *handle);
+    ASSERT_EQ(done->outcome, OpOutcome::kCompleted) << done->status;
+    ASSERT_EQ(std::memcmp(write ? target.data() : readback.data(),
+                          source.data(), length),
+              0)
+        << "round " << i;
+  }
+  ::close(epoll);
+}
+
+TEST_F(EngineEndToEndTest, APeersDeathEndsEachOfItsOpsOnceFailedOrUnknown) {
+  ASSERT_NO_FATAL_FAILURE(ConnectOnEngine(1));
+  Connection& client = *pairs_[0].client;
+  constexpr size_t kOps = 64;
+  constexpr size_t kBatch = 8;
+  std::vector<std::byte> source(kOps * kSpan), target(kOps * kSpan),
+      readback(kOps * kSpan);
+  for (size_t op = 0; op < kOps; ++op) {
+    FillMessage(41, op, {source.data() + op * kSpan, kSpan});
+  }
+  MemoryRegion source_mr = Register(client_context(), source, kLocalOnly);
+  MemoryRegion target_mr =
+      Register(server_context(), target, kRemoteRead | kRemoteWrite);
+  MemoryRegion readback_mr = Register(client_context(), readback, kLocalWrite);
+  std::map<OpHandle, Completion> ended;
+  std::map<OpHandle, bool> posted;  // handle -> posted after the kill
+  auto post = [&](size_t first_op, bool write, bool after_kill) {
+    RdmaOp batch[kBatch];
+    for (size_t k = 0; k < kBatch; ++k) {
+      const size_t at = (first_op + k) * kSpan;
+      batch[k] = {write ? &source_mr : &readback_mr, at,
+                  OpLength(0, first_op + k), target_mr.remote(), at};
+    }
+    absl::StatusOr<OpHandle> first =
+        write ? client.PostWrite(batch) : client.PostRead(batch);
+    if (first.ok()) {
+      for (size_t k = 0; k < kBatch; ++k) posted[*first + k] = after_kill;
+    }
+    return first.status();
+  };
+  // Half the ranges written and read back while the peer lives.
+  for (size_t op = 0; op < kOps / 2; op += kBatch) {
+    E2E_ASSERT_OK(post(op, true, false));
+  }
+  ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, posted.size()));
+  for (size_t op = 0; op < kOps / 2; op += kBatch) {
+    E2E_ASSERT_OK(post(op, false, false));
+  }
+  // The peer vanishes with these in flight (as far as a fast NIC lets them
+  // be), and more are posted before the engine has noticed.
+  E2E_ASSERT_OK(backend().KillPeer(*pairs_[0].server));
+  const Deadline killed = env().Now();
+  absl::Status refused;
+  for (size_t op = kOps / 2; op < kOps && refused.ok(); op += kBatch) {
+    refused = post(op, (op / kBatch) % 2 == 0, true);
+  }
+  ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, posted.size()));
+  // Noticed within the retry budget or the completion watchdog, not hung.
+  EXPECT_LT(env().Now() - killed, seconds(30));
+  EXPECT_EQ(client.async_ops_in_flight(), 0u);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable)
+      << client.status();
+  EXPECT_EQ(post(0, true, true).code(), absl::StatusCode::kUnavailable);
+  if (!refused.ok()) {
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  }
+  size_t completed = 0, failed = 0, unknown = 0;
+  bool failure_seen = false;
+  for (const auto& [handle, c] : ended) {
+    const bool after_kill = posted.at(handle);
+    switch (c.outcome) {
+      case OpOutcome::kCompleted:
+        // In posting order: nothing completes after one that did not.
+        EXPECT_FALSE(failure_seen) << "handle " << handle;
+        EXPECT_FALSE(after_kill) << "handle " << handle << " reached a dead "
+                                 << "peer";
+        ++completed;
+        continue;
+      case OpOutcome::kFailed:
+        ++failed;
+        break;
+      case OpOutcome::kOutcomeUnknown:
+        // Only a WRITE may have changed the peer's memory unseen.
+        EXPECT_TRUE(c.is_write) << "handle " << handle;
+        ++unknown;
+        break;
+    }
+    failure_seen = true;
+    EXPECT_EQ(c.status.code(), absl::StatusCode::kUnavailable) << c.status;
+  }
+  EXPECT_EQ(completed + failed + unknown, posted.size());
+  EXPECT_GE(completed, kOps / 2);  // the first WRITEs, before the kill
+  EXPECT_GT(failed + unknown, 0u);
+  EXPECT_EQ(engine_->stats().ops_failed, failed);
+  EXPECT_EQ(engine_->stats().ops_outcome_unknown, unknown);
+  // What completed before the kill did land.
+  for (size_t op = 0; op < kOps / 2; ++op) {
+    ASSERT_EQ(std::memcmp(target.data() + op * kSpan,
+                          source.data() + op * kSpan, OpLength(0, op)),
+              0)
+        << "WRITE " << op;
+  }
+}
+
+TEST_F(EngineEndToEndTest, AFullSendQueueRefusesPostsWithResourceExhausted) {
+  ConnectionOptions options;
+  options.send_slots = 8;
+  options.max_rdma_batch = 8;
+  ASSERT_NO_FATAL_FAILURE(ConnectOnEngine(1, options));
+  Connection& client = *pairs_[0].client;
+  constexpr size_t kMaxOps = 1024;
+  std::vector<std::byte> source(kMaxOps * 64), target(kMaxOps * 64);
+  FillMessage(51, 0, source);
+  MemoryRegion source_mr = Register(client_context(), source, kLocalOnly);
+  MemoryRegion target_mr = Register(server_context(), target, kRemoteWrite);
+  std::map<OpHandle, Completion> ended;
+  std::map<OpHandle, size_t> posted;  // handle -> op
+  auto post_one = [&](size_t op) {
+    RdmaOp one = {&source_mr, op * 64, 64, target_mr.remote(), op * 64};
+    absl::StatusOr<OpHandle> handle = client.PostWrite({&one, 1});
+    if (handle.ok()) posted[*handle] = op;
+    return handle.status();
+  };
+  // Nobody drives the engine: completions stay on the CQ and the send
+  // queue fills, whatever the NIC has done meanwhile.
+  absl::Status refused;
+  size_t accepted = 0;
+  while (accepted < kMaxOps && (refused = post_one(accepted)).ok()) ++accepted;
+  ASSERT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("send queue"), std::string::npos) << refused;
+  // The send queue is send_slots + max_rdma_batch + a few: far below 1024.
+  EXPECT_GE(accepted, 8u);
+  EXPECT_LE(accepted, 32u);
+  EXPECT_EQ(client.async_ops_in_flight(), accepted);
+  EXPECT_TRUE(client.status().ok()) << client.status();  // only back-pressure
+  // Refused again while nothing was taken; then the engine makes room.
+  EXPECT_EQ(post_one(accepted).code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, posted.size()));
+  E2E_ASSERT_OK(post_one(accepted));
+  // Then more than a queue's worth, posting again after each refusal.
+  size_t next = accepted + 1;
+  size_t refusals = 0;
+  while (next < 4 * accepted) {
+    absl::Status status = post_one(next);
+    if (absl::IsResourceExhausted(status)) {
+      ++refusals;
+      ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, ended.size() + 1));
+      continue;
+    }
+    E2E_ASSERT_OK(status);
+    ++next;
+  }
+  ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, posted.size()));
+  EXPECT_GT(refusals, 0u);
+  EXPECT_EQ(posted.size(), next);
+  for (const auto& [handle, c] : ended) {
+    ASSERT_EQ(c.outcome, OpOutcome::kCompleted) << c.status;
+    const size_t op = posted.at(handle);
+    ASSERT_EQ(std::memcmp(target.data() + op * 64, source.data() + op * 64, 64),
+              0)
+        << "op " << op;
+  }
+}
+
+}  // namespace
+}  // namespace rdma_transport

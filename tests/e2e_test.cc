@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -474,8 +475,25 @@ TEST_F(EndToEndTest, ManyConcurrentConnections) {
   for (int i = 0; i < connections; ++i) {
     absl::StatusOr<std::unique_ptr<Connection>> accepted =
         (*listener)->Accept(In(seconds(30)));
-    ASSERT_TRUE(accepted.ok())
-        << "connection " << i << ": " << accepted.status();
+    if (!accepted.ok()) {
+      // Say why: a client whose Connect() gave up leaves Accept() waiting.
+      const ListenerStats stats = (*listener)->stats();
+      std::string clients_failed;
+      for (size_t d = 0; d < dials.size(); ++d) {
+        absl::StatusOr<std::unique_ptr<Connection>> dialed = dials[d].Get();
+        if (!dialed.ok()) {
+          absl::StrAppend(&clients_failed, "\n  client ", d, ": ",
+                          dialed.status().ToString());
+        }
+      }
+      FAIL() << "connection " << i << ": " << accepted.status()
+             << "; listener: accepted " << stats.accepted << ", timed_out "
+             << stats.timed_out << ", dropped " << stats.dropped
+             << ", abandoned " << stats.abandoned << ", last failure \""
+             << stats.last_failure << "\""
+             << (clients_failed.empty() ? "; every client connected"
+                                        : clients_failed);
+    }
     servers.push_back(*std::move(accepted));
   }
   std::vector<std::unique_ptr<Connection>> clients;

@@ -7,8 +7,13 @@
 #     ib_send_lat, ib_write_lat, rdma_pingpong --inline=off, --inline=auto
 #     server on rxe1 (RXE_B), client on rxe0 (RXE_A), -x <GID index>,
 #     PERF_ITERATIONS round trips each, the TCP exchange across the veth
-#   bandwidth at PERF_BW_SIZE (64 KiB), PERF_REPEATS times, interleaved:
+#   bandwidth at each size of PERF_BW_SIZES (default PERF_BW_SIZE, 64 KiB),
+#   PERF_REPEATS times, interleaved:
 #     ib_send_bw vs rdma_bw --op=send, ib_write_bw vs rdma_bw --op=write
+#     (the windowed WRITE, --write_mode=window: PERF_BW_WRITE_WINDOW ops
+#     outstanding, default 128 as ib_write_bw's tx-depth); with
+#     PERF_BW_BLOCKING=1 also rdma_bw --write_mode=blocking after each
+#   PERF_LATENCY=0 leaves the latency part out (bandwidth only).
 #
 # perftest silently disables inline on rxe ("Device not recognized to
 # implement inline feature"), so its rows compare with our inline-off rows.
@@ -17,6 +22,8 @@
 #   perf_bw.csv       repeat,bytes,tool,iterations,bw_peak_gbps,bw_average_gbps,
 #                     msg_rate_mpps,measured_at
 #   perf_summary.txt  the side-by-side table (also $PERF_SUMMARY when set)
+#   perf_bw_table.md  the bandwidth table of docs/performance.md: every
+#                     repeat, the medians and the ratios
 #   perf-raw/         every tool's own output
 # Exits 1 if any run failed (a figure is never made up from a failed run),
 # 90 if the topology cannot be built.
@@ -31,12 +38,16 @@ mkdir -p "$raw"
 read -r -a sizes <<<"${PERF_SIZES:-8 64 236 1024 4096}"
 iterations=${PERF_ITERATIONS:-1000}
 repeats=${PERF_REPEATS:-3}
-bw_size=${PERF_BW_SIZE:-65536}
+read -r -a bw_sizes <<<"${PERF_BW_SIZES:-${PERF_BW_SIZE:-65536}}"
 bw_iterations=${PERF_BW_ITERATIONS:-1000}
+bw_write_window=${PERF_BW_WRITE_WINDOW:-128}
+bw_blocking=${PERF_BW_BLOCKING:-0}
+latency=${PERF_LATENCY:-1}
 step_timeout=${PERF_STEP_TIMEOUT:-120}
 lat_csv="$out/perf_latency.csv"
 bw_csv="$out/perf_bw.csv"
 table="$out/perf_summary.txt"
+bw_table="$out/perf_bw_table.md"
 echo "repeat,bytes,tool,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p99_9_us,inline" >"$lat_csv"
 echo "repeat,bytes,tool,iterations,bw_peak_gbps,bw_average_gbps,msg_rate_mpps,measured_at" >"$bw_csv"
 failures=0
@@ -124,8 +135,8 @@ ours_lat() { # repeat, size, inline mode (off|auto)
 # "BW average" is  #bytes #iterations BW-peak BW-average MsgRate. The client
 # reports; where it prints zeros (ib_send_bw's sender does under TCG), the
 # receiving server's line is taken, and the CSV says which.
-perftest_bw() { # repeat, tool
-  local r=$1 tool=$2 name="$2-$bw_size-r$1" side line
+perftest_bw() { # repeat, tool, size
+  local r=$1 tool=$2 bw_size=$3 name="$2-$3-r$1" side line
   run_pair "$name" \
     "$tool" -d "$RXE_B" -x "$GID_B" -s "$bw_size" -n "$bw_iterations" -F --report_gbits -p @PORT@ -- \
     "$tool" -d "$RXE_A" -x "$GID_A" -s "$bw_size" -n "$bw_iterations" -F --report_gbits -p @PORT@ "$IP_B" ||
@@ -143,13 +154,17 @@ perftest_bw() { # repeat, tool
   invalid=$((invalid + 1))
 }
 
-ours_bw() { # repeat, op (send|write)
-  local r=$1 op=$2 name="rdma_bw-$2-$bw_size-r$1"
-  local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="$op")
+ours_bw() { # repeat, op (send|write|write_blocking), size
+  local r=$1 op=$2 bw_size=$3 name="rdma_bw-$2-$3-r$1" mode=()
+  case "$op" in
+    write) mode=(--write_mode=window --write_window="$bw_write_window") ;;
+    write_blocking) mode=(--write_mode=blocking) ;;
+  esac
+  local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="${op%_blocking}")
   run_pair "$name" \
     "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
     "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
-    --iterations="$bw_iterations" --csv="$raw/$name.csv" || return 0
+    --iterations="$bw_iterations" ${mode[@]+"${mode[@]}"} --csv="$raw/$name.csv" || return 0
   awk -F, -v r="$r" -v tool="rdma_bw_$op" '
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { printf "%s,%s,%s,%s,%s,%s,%s,client\n", r, $c["bytes"], tool, $c["iterations"],
@@ -157,9 +172,9 @@ ours_bw() { # repeat, op (send|write)
     "$raw/$name.csv" >>"$bw_csv"
 }
 
-echo "guest_perf: sizes ${sizes[*]}, $iterations iterations, $repeats repeats; bandwidth at $bw_size B x $bw_iterations"
+echo "guest_perf: sizes ${sizes[*]}, $iterations iterations, $repeats repeats; bandwidth at ${bw_sizes[*]} B x $bw_iterations"
 SECONDS=0
-for ((r = 1; r <= repeats; r++)); do
+for ((r = 1; r <= repeats * latency; r++)); do
   for size in "${sizes[@]}"; do
     perftest_lat "$r" "$size" ib_send_lat
     perftest_lat "$r" "$size" ib_write_lat
@@ -169,10 +184,14 @@ for ((r = 1; r <= repeats; r++)); do
   echo "guest_perf: latency repeat $r done after ${SECONDS}s"
 done
 for ((r = 1; r <= repeats; r++)); do
-  perftest_bw "$r" ib_send_bw
-  ours_bw "$r" send
-  perftest_bw "$r" ib_write_bw
-  ours_bw "$r" write
+  for size in "${bw_sizes[@]}"; do
+    perftest_bw "$r" ib_send_bw "$size"
+    ours_bw "$r" send "$size"
+    perftest_bw "$r" ib_write_bw "$size"
+    ours_bw "$r" write "$size"
+    if ((bw_blocking)); then ours_bw "$r" write_blocking "$size"; fi
+  done
+  echo "guest_perf: bandwidth repeat $r done after ${SECONDS}s"
 done
 echo "guest_perf: bandwidth done after ${SECONDS}s"
 
@@ -196,7 +215,7 @@ summarize() {
       if ($3 == "rdma_pingpong_inline_auto") went[$2] = $11
       size[$2] = 1
     }
-    FILENAME ~ /bw/ && FNR > 1 { b[$3] = b[$3] " " $6; bsize = $2 }
+    FILENAME ~ /bw/ && FNR > 1 && $2 == bsize { b[$3] = b[$3] " " $6 }
     END {
       printf "One-way latency, us, rxe0 -> rxe1 across the veth, qemu TCG, %d interleaved repeats.\n", repeats
       printf "t_min: best of the repeats / median of the repeats [min-max]; t_typ: median over the repeats of t_typical.\n"
@@ -227,9 +246,48 @@ summarize() {
       }
       if (med["ib_send_bw"] > 0 && med["rdma_bw_send"] > 0) printf "  rdma_bw send / ib_send_bw:   %.2fx\n", med["rdma_bw_send"] / med["ib_send_bw"]
       if (med["ib_write_bw"] > 0 && med["rdma_bw_write"] > 0) printf "  rdma_bw write / ib_write_bw: %.2fx\n", med["rdma_bw_write"] / med["ib_write_bw"]
-    }' "$lat_csv" "$bw_csv"
+    }' bsize="${bw_sizes[-1]}" "$lat_csv" bsize="${bw_sizes[-1]}" "$bw_csv"
+}
+
+# --- The bandwidth table of docs/performance.md, in Markdown: per size and
+# operation, each repeat's Gb/s average (rN: repeat N; a failed run has
+# none), the medians and the ratio of the medians. ---------------------------------------------------
+bw_table_md() {
+  awk -F, -v repeats="$repeats" -v window="$bw_write_window" -v iters="$bw_iterations" '
+    function median(list,   n, a, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
+      return n == 0 ? 0 : n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function cell(key) { return (key in d) ? d[key] : "n/a" }
+    FNR > 1 {
+      k = $2 SUBSEP $3; v[k] = v[k] " " $6; size[$2] = 1
+      sep = (k in d) ? ", " : ""; d[k] = d[k] sep "r" $1 " " sprintf("%.3f", $6)
+    }
+    END {
+      printf "| bytes | op | perftest, each repeat | perftest median | rdma_bw, each repeat | rdma_bw median | ours / perftest |\n"
+      printf "| ---: | --- | --- | ---: | --- | ---: | ---: |\n"
+      n = 0; for (s in size) sorted[++n] = s + 0
+      for (i = 2; i <= n; i++) { t = sorted[i]; for (j = i - 1; j >= 1 && sorted[j] > t; j--) sorted[j + 1] = sorted[j]; sorted[j + 1] = t }
+      split("SEND WRITE WRITE", ops, " ")
+      split("ib_send_bw ib_write_bw ib_write_bw", theirs, " ")
+      split("rdma_bw_send rdma_bw_write rdma_bw_write_blocking", ours, " ")
+      split("SEND|WRITE, window " window "|WRITE, blocking (`--write_mode=blocking`)", labels, "|")
+      for (i = 1; i <= n; i++) {
+        for (o = 1; o <= 3; o++) {
+          p = sorted[i] SUBSEP theirs[o]; q = sorted[i] SUBSEP ours[o]
+          if (!(q in v)) continue
+          pm = (p in v) ? median(v[p]) : 0; qm = median(v[q])
+          printf "| %d | %s | %s | %s | %s | %.3f | %s |\n", sorted[i], labels[o], cell(p),
+            (pm > 0 ? sprintf("%.3f", pm) : "n/a"), cell(q), qm,
+            (pm > 0 ? sprintf("**%.2fx**", qm / pm) : "n/a")
+        }
+      }
+      printf "\nGb/s average (`--report_gbits`), %d iterations a run, %d interleaved repeats.\n", iters, repeats
+    }' "$bw_csv"
 }
 summarize | tee "$table"
+bw_table_md | tee "$bw_table"
 if [[ -n "${PERF_SUMMARY:-}" ]]; then cp "$table" "$PERF_SUMMARY"; fi
 echo "guest_perf: finished in ${SECONDS}s with $failures failed run(s), $invalid perftest run(s) without figures"
 if ((failures)); then exit 1; fi

@@ -6,10 +6,17 @@
 #
 #   ci/softroce/run_perf.sh [--out-dir DIR] [--repeats N] [--iterations N]
 #                           [--sizes "8 64 236 1024 4096"] [--bw-iterations N]
+#                           [--bw-sizes "4096 65536"] [--write-window N]
+#                           [--bw-blocking] [--bw-only] [--update-docs]
 #
 # DIR (default .cache/softroce-perf in the checkout) receives
-# perf_latency.csv, perf_bw.csv and perf_summary.txt; DIR/vm holds every
-# artifact of the VM (each tool's raw output under perf-raw/, console log).
+# perf_latency.csv, perf_bw.csv, perf_summary.txt, perf_bw_table.md (the
+# bandwidth table, with the host's load during the run) and perf_load.txt
+# (/proc/loadavg every 5 s); DIR/vm holds every artifact of the VM (each
+# tool's raw output under perf-raw/, console log). --bw-only skips the
+# latency runs; --bw-blocking adds rdma_bw --write_mode=blocking rows;
+# --update-docs puts perf_bw_table.md into docs/performance.md between its
+# rxe-bw-table markers, so the table there is this run's, not typed in.
 # Plot the latency CSV with docs/plots/plot_latency.py. Exit status is
 # run_ci_stage.sh's (0 pass, 1..89 a failed run, 90 VM infrastructure,
 # 91 timeout; see docs/soft-roce.md). $SOFTROCE_TIMEOUT bounds the VM
@@ -21,6 +28,7 @@ repo=$(cd "$here/../.." && pwd)
 
 out_dir="$repo/.cache/softroce-perf"
 envs=()
+update_docs=0
 while (($#)); do
   case "$1" in
     --out-dir) out_dir=${2:?}; shift 2 ;;
@@ -28,19 +36,32 @@ while (($#)); do
     --iterations) envs+=(--env "PERF_ITERATIONS=${2:?}"); shift 2 ;;
     --sizes) envs+=(--env "PERF_SIZES=${2:?}"); shift 2 ;;
     --bw-iterations) envs+=(--env "PERF_BW_ITERATIONS=${2:?}"); shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --bw-sizes) envs+=(--env "PERF_BW_SIZES=${2:?}"); shift 2 ;;
+    --write-window) envs+=(--env "PERF_BW_WRITE_WINDOW=${2:?}"); shift 2 ;;
+    --bw-blocking) envs+=(--env "PERF_BW_BLOCKING=1"); shift ;;
+    --bw-only) envs+=(--env "PERF_LATENCY=0"); shift ;;
+    --update-docs) update_docs=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;
   esac
 done
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
-rm -rf "$out_dir/vm" "$out_dir"/perf_*.csv "$out_dir/perf_summary.txt"
+rm -rf "$out_dir/vm" "$out_dir"/perf_*.csv "$out_dir"/perf_*.txt "$out_dir"/perf_*.md
 
 echo "==== run_perf: build (bazel -c opt)"
 (cd "$repo" && bazel build -c opt //tools:rdma_pingpong //tools:rdma_bw) ||
   { echo "run_perf: FAILED to build the tools"; exit 1; }
 # bazel-bin follows the last build's configuration: ask for -c opt's.
 bin_dir=$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)
+
+# The host is shared: its load while the VM runs goes with the figures.
+(while :; do
+  echo "$(date -u +%H:%M:%S) $(cut -d' ' -f1-4 /proc/loadavg)"
+  sleep 5
+done) >"$out_dir/perf_load.txt" &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null || true' EXIT
 
 status=0
 SOFTROCE_GUEST=smoke SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500} \
@@ -49,9 +70,27 @@ SOFTROCE_GUEST=smoke SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500} \
   --file "$bin_dir/tools/rdma_bw:/usr/local/bin/rdma_bw" \
   ${envs[@]+"${envs[@]}"} --guest-script "$here/guest_perf.sh" || status=$?
 
-for file in perf_latency.csv perf_bw.csv perf_summary.txt; do
+kill "$sampler" 2>/dev/null || true
+for file in perf_latency.csv perf_bw.csv perf_summary.txt perf_bw_table.md; do
   if [[ -f "$out_dir/vm/$file" ]]; then cp "$out_dir/vm/$file" "$out_dir/"; fi
 done
+if [[ -f "$out_dir/perf_bw_table.md" ]]; then
+  awk -v cores="$(nproc)" '
+    { n++; l[n] = $2 + 0 }
+    END {
+      if (n == 0) exit
+      for (i = 2; i <= n; i++) { t = l[i]; for (j = i - 1; j >= 1 && l[j] > t; j--) l[j + 1] = l[j]; l[j + 1] = t }
+      printf "Host load during the run (1-minute load average, sampled every 5 s, %d samples): min %.2f, median %.2f, max %.2f on %d cores.\n", n, l[1], l[int((n + 1) / 2)], l[n], cores
+    }' "$out_dir/perf_load.txt" >>"$out_dir/perf_bw_table.md"
+fi
+if ((update_docs)) && [[ -s "$out_dir/perf_bw_table.md" ]]; then
+  doc="$repo/docs/performance.md"
+  awk -v table="$out_dir/perf_bw_table.md" '
+    /<!-- rxe-bw-table:begin/ { print; while ((getline line < table) > 0) print line; skip = 1; next }
+    /<!-- rxe-bw-table:end/ { skip = 0 }
+    !skip' "$doc" >"$doc.new" && mv "$doc.new" "$doc"
+  echo "run_perf: docs/performance.md's bandwidth table updated from this run"
+fi
 echo
 echo "==== run_perf: results in $out_dir"
 if [[ -f "$out_dir/perf_summary.txt" ]]; then cat "$out_dir/perf_summary.txt"; fi

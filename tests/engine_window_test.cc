@@ -4,8 +4,9 @@
 // and with ConnectX-7's: on rxe at most kSoftRoceInFlightBytes of the send
 // queue is ever on the NIC (the rest waits in the connection and goes out as
 // completions are dispatched), elsewhere the whole window is; every byte
-// lands, every op ends once and in order; Close() posts after what waits; a
-// failure ends what never went out FAILED. Virtual time, nothing timed.
+// lands, every op ends once and in order; a blocking Write() beside them
+// leaves both intact; Close() posts after what waits; a failure ends what
+// never went out FAILED. Virtual time, nothing timed.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -238,6 +239,43 @@ TEST_P(EngineWindowTest, CloseGoesAfterEveryQueuedPiece) {
   }
   EXPECT_EQ(ended, kSlots);
   EXPECT_EQ(std::memcmp(target_.data(), source_.data(), target_.size()), 0);
+}
+
+TEST_P(EngineWindowTest, ABlockingWriteBesideQueuedOpsLeavesBothIntact) {
+  std::vector<RdmaOp> ops;
+  for (uint64_t op = 0; op < kSlots; ++op) {
+    StampSlot(op);
+    ops.push_back(SlotOp(op));
+  }
+  absl::StatusOr<OpHandle> first = client_->PostWrite(ops);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // Write() lays out its own chains while its waits drive the engine,
+  // which posts the queued ops' pieces meanwhile.
+  std::vector<std::byte> more(8 * kOpBytes), more_target(8 * kOpBytes);
+  for (size_t i = 0; i < more.size(); ++i) more[i] = PatternByte(77, i);
+  MemoryRegion more_mr = Register(0, more, kLocalOnly);
+  MemoryRegion more_target_mr = Register(1, more_target, kRemoteWrite);
+  std::vector<RdmaOp> blocking;
+  for (size_t k = 0; k < 8; ++k) {
+    blocking.push_back({&more_mr, k * kOpBytes, kOpBytes,
+                        more_target_mr.remote(), k * kOpBytes});
+  }
+  E2E_ASSERT_OK(client_->Write(blocking));
+  size_t ended = 0;
+  while (ended < kSlots) {
+    if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
+      E2E_ASSERT_OK(engine_->Wait(env().DeadlineIn(seconds(10))));
+    }
+    while (std::optional<Completion> c = engine_->NextCompletion()) {
+      ASSERT_EQ(c->outcome, OpOutcome::kCompleted) << c->status;
+      ASSERT_EQ(c->handle, *first + ended);
+      ++ended;
+    }
+  }
+  EXPECT_EQ(std::memcmp(more_target.data(), more.data(), more.size()), 0);
+  EXPECT_EQ(std::memcmp(target_.data(), source_.data(), target_.size()), 0);
+  EXPECT_EQ(client_->stats().rdma_writes, kSlots + 8);
+  E2E_ASSERT_OK(client_->Close(env().DeadlineIn(seconds(5))));
 }
 
 TEST_P(EngineWindowTest, APeerLostEndsWhatNeverWentOutFailed) {

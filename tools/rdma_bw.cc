@@ -63,6 +63,10 @@ ABSL_FLAG(std::string, write_mode, "window",
           "WRITE: window (PostWrite on an engine, --write_window operations "
           "outstanding continuously) | blocking (Write(), one chain at a "
           "time)");
+ABSL_FLAG(int64_t, rdma_in_flight, 0,
+          "WRITE: bytes of RDMA in flight at most "
+          "(ConnectionOptions::rdma_in_flight_bytes); 0: the transport's "
+          "default, 256 KiB on Soft-RoCE and no cap elsewhere");
 ABSL_FLAG(int64_t, write_window, 128,
           "WRITE, --write_mode=window: operations outstanding (perftest's "
           "tx-depth)");
@@ -83,6 +87,7 @@ struct BwFlags {
   int64_t ops_per_write = 0;
   std::string write_mode;  // window | blocking
   int64_t write_window = 0;
+  int64_t rdma_in_flight = 0;
 
   bool windowed() const { return write_mode == "window"; }
   // Slots of the WRITE ring: op k writes slot k mod this.
@@ -99,6 +104,7 @@ struct BwFlags {
     bw.ops_per_write = absl::GetFlag(FLAGS_ops_per_write);
     bw.write_mode = absl::GetFlag(FLAGS_write_mode);
     bw.write_window = absl::GetFlag(FLAGS_write_window);
+    bw.rdma_in_flight = absl::GetFlag(FLAGS_rdma_in_flight);
     return bw;
   }
 };
@@ -296,6 +302,7 @@ class BwClient {
                                                        : flags_.batch))
         .Add("ops_per_write", static_cast<uint64_t>(flags_.ops_per_write))
         .Add("write_mode", op == "send" ? std::string("-") : flags_.write_mode)
+        .Add("rdma_in_flight", static_cast<uint64_t>(flags_.rdma_in_flight))
         .Add("inline_mode", backend_flags_.inline_mode)
         .Add("usable_inline", connection_.usable_inline())
         .Add("progress", backend_flags_.progress);
@@ -713,6 +720,8 @@ int Main(int argc, char** argv) {
           ? absl::InvalidArgumentError("--write_mode: want window or blocking")
       : bw.write_window < 1 || bw.write_window > 4096
           ? absl::InvalidArgumentError("--write_window must be in 1..4096")
+      : bw.rdma_in_flight < 0
+          ? absl::InvalidArgumentError("--rdma_in_flight must be >= 0")
           : absl::OkStatus();
   if (!bad.ok()) {
     std::fprintf(stderr, "rdma_bw: %s\n", bad.ToString().c_str());
@@ -735,6 +744,7 @@ int Main(int argc, char** argv) {
       static_cast<uint32_t>(std::max(bw.window, bw.write_window));
   options.recv_slots = static_cast<uint32_t>(bw.window);
   options.max_rdma_batch = static_cast<uint32_t>(bw.batch);
+  options.rdma_in_flight_bytes = static_cast<uint64_t>(bw.rdma_in_flight);
   // WRITE needs only control messages; SEND needs the largest size.
   const uint32_t largest = *std::max_element(sizes->begin(), sizes->end());
   options.max_message_size =

@@ -136,6 +136,10 @@ struct ConnectionOptions {
   uint32_t max_message_size = 4096;
   // Work requests per post in Write()/Read().
   uint32_t max_rdma_batch = 32;
+  // Bytes of RDMA in flight at most per connection, for Write()/Read() and
+  // PostWrite()/PostRead(); 0: kSoftRoceInFlightBytes on Soft-RoCE, no cap
+  // elsewhere. (Pieces stay at most kSoftRoceInFlightBytes on Soft-RoCE.)
+  uint64_t rdma_in_flight_bytes = 0;
   // Credits owed before they go back in a message of their own; 0: half of
   // recv_slots.
   uint32_t credit_batch = 0;
@@ -249,7 +253,8 @@ class Connection final : private AsyncEventListener {
   // must stay registered and untouched (READ targets: unread) until the
   // op's completion is taken. Pieces are cut as Write() cuts them.
   //
-  // Bytes in flight. On Soft-RoCE at most kSoftRoceInFlightBytes of the
+  // Bytes in flight. On Soft-RoCE at most kSoftRoceInFlightBytes (or
+  // ConnectionOptions::rdma_in_flight_bytes, on any device) of the
   // send queue's bytes are in flight, as for Write()/Read() (see above):
   // an accepted op whose pieces would go past that waits in the connection,
   // and its pieces are posted, in order, as completions of earlier ones are
@@ -413,13 +418,19 @@ class Connection final : private AsyncEventListener {
   // immediate; keepalive: one inline byte); returns its sequence number.
   absl::StatusOr<uint64_t> PostControlLocked(WrKind kind, uint32_t imm);
   absl::Status RepostLocked(uint32_t slot);
-  // rdma_wrs_[batch] and rdma_sges_[batch] for `length` bytes from local
+  // Work requests and gather entries of one chain of WRITEs/READs,
+  // max_rdma_batch of each, allocated once.
+  struct RdmaChain {
+    std::vector<ibv_send_wr> wrs;
+    std::vector<ibv_sge> sges;
+  };
+  // chain.wrs[batch] and chain.sges[batch] for `length` bytes from local
   // `local_addr` (`lkey`) to/from the peer's `remote_addr` (`rkey`): a WRITE
   // (inline when it fits) or READ, neither chained nor signalled
   // (Write()/Read() and PostWrite()/PostRead() do that).
-  ibv_send_wr& FillRdmaWr(uint32_t batch, uint64_t local_addr, uint32_t lkey,
-                          uint64_t remote_addr, uint32_t rkey, uint64_t length,
-                          bool is_write);
+  ibv_send_wr& FillRdmaWr(RdmaChain& chain, uint32_t batch, uint64_t local_addr,
+                          uint32_t lkey, uint64_t remote_addr, uint32_t rkey,
+                          uint64_t length, bool is_write);
   void MaybeReturnCreditsLocked();
   // Polls and waits until `ready()` holds. The connection's failure if one
   // comes first; kDeadlineExceeded "<name>: <waiting_for> before the
@@ -452,9 +463,9 @@ class Connection final : private AsyncEventListener {
   // Posts the pieces of accepted ops that wait (async_posted_ onwards) as
   // far as the send queue and the in-flight cap allow.
   void PostQueuedAsyncLocked();
-  // At most this many bytes in flight on the send queue for PostWrite()/
-  // PostRead(): kSoftRoceInFlightBytes on Soft-RoCE, else no cap.
-  uint64_t AsyncInFlightCapLocked() const;
+  // At most this many bytes of RDMA in flight (rdma_in_flight_bytes, or
+  // its default): Write()/Read() batches, PostWrite()/PostRead() pieces.
+  uint64_t RdmaInFlightCapLocked() const;
   // A send-queue completion of sequence `seq` with `status`: ends the
   // operations it decides, in order.
   void EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status);
@@ -561,10 +572,12 @@ class Connection final : private AsyncEventListener {
   bool event_waiter_ = false;  // a thread is blocked on the channel fd
   Deadline last_activity_;
 
-  // Work requests and gather entries of one Write()/Read() batch,
-  // allocated once.
-  std::vector<ibv_send_wr> rdma_wrs_;
-  std::vector<ibv_sge> rdma_sges_;
+  // The chain Write()/Read() lay out, and the one PostQueuedAsyncLocked()
+  // does: apart, because the latter runs from engine dispatch, which a
+  // Write() waiting for send queue room drives between laying out its
+  // chain and posting it.
+  RdmaChain rdma_chain_;
+  RdmaChain async_chain_;
   // Windows bound by BindRegion(), shared with their PeerRegions; released
   // ones are dropped at the next bind, the rest at teardown.
   std::vector<std::shared_ptr<BoundWindow>> windows_;

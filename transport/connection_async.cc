@@ -82,12 +82,6 @@ size_t Connection::async_ops_queued() const {
   return async_count_ - async_posted_;
 }
 
-uint64_t Connection::AsyncInFlightCapLocked() const {
-  return context_.device_attr().vendor_id == kVendorSoftRoce
-             ? kSoftRoceInFlightBytes
-             : ~uint64_t{0};
-}
-
 absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     std::span<const RdmaOp> ops, bool is_write) {
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
@@ -139,10 +133,11 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
 
 void Connection::PostQueuedAsyncLocked() {
   const uint64_t max_piece = MaxRdmaPieceLocked();
-  const uint64_t cap = AsyncInFlightCapLocked();
+  const uint64_t cap = RdmaInFlightCapLocked();
   // Under a cap, a completion every quarter of it, so that room comes back
   // in steps while the rest is still on the wire.
-  const uint64_t signal_bytes = std::min(kProgressSignalBytes, cap / 4);
+  const uint64_t signal_bytes =
+      std::clamp<uint64_t>(cap / 4, 1, kProgressSignalBytes);
   while (async_posted_ < async_count_ && failure_.ok() &&
          inline_.qp != nullptr) {
     uint64_t in_flight = SqBytesOutstandingLocked();
@@ -158,7 +153,7 @@ void Connection::PostQueuedAsyncLocked() {
         break;  // a completion of what is in flight makes room
       }
       ibv_send_wr& wr =
-          FillRdmaWr(batch, op.local_addr + offset, op.lkey,
+          FillRdmaWr(async_chain_, batch, op.local_addr + offset, op.lkey,
                      op.remote_addr + offset, op.rkey, length, op.is_write);
       const uint64_t seq = sq_posted_ + batch;
       if (offset == 0) op.first_seq = seq;
@@ -168,7 +163,7 @@ void Connection::PostQueuedAsyncLocked() {
         wr.send_flags |= IBV_SEND_SIGNALED;
         unsignaled_bytes = 0;
       }
-      if (batch > 0) rdma_wrs_[batch - 1].next = &wr;
+      if (batch > 0) async_chain_.wrs[batch - 1].next = &wr;
       ++batch;
       offset += length;
       if (offset >= op.length) {
@@ -183,8 +178,8 @@ void Connection::PostQueuedAsyncLocked() {
     if (batch == 0) return;
     // The last of every post is signalled: with ops still waiting, its
     // completion is what posts them.
-    rdma_wrs_[batch - 1].send_flags |= IBV_SEND_SIGNALED;
-    if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
+    async_chain_.wrs[batch - 1].send_flags |= IBV_SEND_SIGNALED;
+    if (absl::Status status = PostSendLocked(async_chain_.wrs.data(), batch);
         !status.ok()) {
       // The connection has failed (PostSendLocked said so). Ops none of
       // whose work requests were posted end FAILED now, newest first off
@@ -214,7 +209,7 @@ void Connection::PostQueuedAsyncLocked() {
     async_posted_ = index;
     async_post_offset_ = offset;
     for (uint32_t i = 0; i < batch; ++i) {
-      stats_.rdma_bytes += rdma_sges_[i].length;
+      stats_.rdma_bytes += async_chain_.sges[i].length;
     }
   }
 }

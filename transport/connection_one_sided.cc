@@ -24,15 +24,15 @@ constexpr uint64_t kWatchdogPieceBytes = 1 << 20;
 
 }  // namespace
 
-ibv_send_wr& Connection::FillRdmaWr(uint32_t batch, uint64_t local_addr,
-                                    uint32_t lkey, uint64_t remote_addr,
-                                    uint32_t rkey, uint64_t length,
-                                    bool is_write) {
-  ibv_sge& sge = rdma_sges_[batch];
+ibv_send_wr& Connection::FillRdmaWr(RdmaChain& chain, uint32_t batch,
+                                    uint64_t local_addr, uint32_t lkey,
+                                    uint64_t remote_addr, uint32_t rkey,
+                                    uint64_t length, bool is_write) {
+  ibv_sge& sge = chain.sges[batch];
   sge.addr = local_addr;
   sge.length = static_cast<uint32_t>(length);
   sge.lkey = lkey;
-  ibv_send_wr& wr = rdma_wrs_[batch];
+  ibv_send_wr& wr = chain.wrs[batch];
   wr = ibv_send_wr{};
   wr.wr_id =
       MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
@@ -98,13 +98,18 @@ uint64_t Connection::MaxRdmaPieceLocked() const {
                         : ~uint64_t{0});
 }
 
+uint64_t Connection::RdmaInFlightCapLocked() const {
+  if (options_.rdma_in_flight_bytes > 0) return options_.rdma_in_flight_bytes;
+  return context_.device_attr().vendor_id == kVendorSoftRoce
+             ? kSoftRoceInFlightBytes
+             : ~uint64_t{0};
+}
+
 absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
                                     std::span<const RdmaOp> ops,
                                     bool is_write) {
-  const bool soft_roce = context_.device_attr().vendor_id == kVendorSoftRoce;
   const uint64_t max_piece = MaxRdmaPieceLocked();
-  const uint64_t max_batch_bytes =
-      soft_roce ? kSoftRoceInFlightBytes : ~uint64_t{0};
+  const uint64_t max_batch_bytes = RdmaInFlightCapLocked();
   size_t op_index = 0;
   uint64_t op_offset = 0;  // bytes of ops[op_index] already posted
   while (op_index < ops.size()) {
@@ -118,7 +123,7 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
       const RdmaOp& op = ops[op_index];
       const uint64_t length = std::min(op.length - op_offset, max_piece);
       ibv_send_wr& wr = FillRdmaWr(
-          batch,
+          rdma_chain_, batch,
           reinterpret_cast<uint64_t>(op.local->data() + op.local_offset) +
               op_offset,
           op.local->lkey(), op.remote.address + op.remote_offset + op_offset,
@@ -131,7 +136,7 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
         wr.send_flags |= IBV_SEND_SIGNALED;
         unsignaled_bytes = 0;
       }
-      if (batch > 0) rdma_wrs_[batch - 1].next = &wr;
+      if (batch > 0) rdma_chain_.wrs[batch - 1].next = &wr;
       ++batch;
       op_offset += length;
       if (op_offset >= op.length) {
@@ -140,7 +145,7 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
         ++ops_finished;
       }
     }
-    rdma_wrs_[batch - 1].send_flags |= IBV_SEND_SIGNALED;
+    rdma_chain_.wrs[batch - 1].send_flags |= IBV_SEND_SIGNALED;
 
     if (absl::Status status = WaitUntilLocked(
             lock, kNoDeadline, [&] { return SqHasRoomLocked(batch); },
@@ -149,12 +154,12 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
       return status;
     }
     const uint64_t last_seq = sq_posted_ + batch - 1;
-    if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
+    if (absl::Status status = PostSendLocked(rdma_chain_.wrs.data(), batch);
         !status.ok()) {
       return status;
     }
     for (uint32_t i = 0; i < batch; ++i)
-      stats_.rdma_bytes += rdma_sges_[i].length;
+      stats_.rdma_bytes += rdma_chain_.sges[i].length;
     (is_write ? stats_.rdma_writes : stats_.rdma_reads) += ops_finished;
     if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
         !status.ok()) {

@@ -13,6 +13,8 @@
 #     (the windowed WRITE, --write_mode=window: PERF_BW_WRITE_WINDOW ops
 #     outstanding, default 128 as ib_write_bw's tx-depth); with
 #     PERF_BW_BLOCKING=1 also rdma_bw --write_mode=blocking after each
+#     and, for each byte count of PERF_BW_IN_FLIGHT, the windowed WRITE with
+#     --rdma_in_flight=N (tool rdma_bw_write_inflight_N in perf_bw.csv)
 #   PERF_LATENCY=0 leaves the latency part out (bandwidth only).
 #
 # perftest silently disables inline on rxe ("Device not recognized to
@@ -42,6 +44,7 @@ read -r -a bw_sizes <<<"${PERF_BW_SIZES:-${PERF_BW_SIZE:-65536}}"
 bw_iterations=${PERF_BW_ITERATIONS:-1000}
 bw_write_window=${PERF_BW_WRITE_WINDOW:-128}
 bw_blocking=${PERF_BW_BLOCKING:-0}
+read -r -a bw_in_flight <<<"${PERF_BW_IN_FLIGHT:-}"
 latency=${PERF_LATENCY:-1}
 step_timeout=${PERF_STEP_TIMEOUT:-120}
 lat_csv="$out/perf_latency.csv"
@@ -154,13 +157,15 @@ perftest_bw() { # repeat, tool, size
   invalid=$((invalid + 1))
 }
 
-ours_bw() { # repeat, op (send|write|write_blocking), size
+ours_bw() { # repeat, op (send|write|write_blocking|write_inflight_N), size
   local r=$1 op=$2 bw_size=$3 name="rdma_bw-$2-$3-r$1" mode=()
   case "$op" in
     write) mode=(--write_mode=window --write_window="$bw_write_window") ;;
     write_blocking) mode=(--write_mode=blocking) ;;
+    write_inflight_*)
+      mode=(--write_mode=window --write_window="$bw_write_window" --rdma_in_flight="${op#write_inflight_}") ;;
   esac
-  local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="${op%_blocking}")
+  local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="${op%%_*}")
   run_pair "$name" \
     "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
     "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
@@ -190,6 +195,7 @@ for ((r = 1; r <= repeats; r++)); do
     perftest_bw "$r" ib_write_bw "$size"
     ours_bw "$r" write "$size"
     if ((bw_blocking)); then ours_bw "$r" write_blocking "$size"; fi
+    for n in ${bw_in_flight[@]+"${bw_in_flight[@]}"}; do ours_bw "$r" "write_inflight_$n" "$size"; done
   done
   echo "guest_perf: bandwidth repeat $r done after ${SECONDS}s"
 done

@@ -7,7 +7,8 @@
 #   ci/softroce/run_perf.sh [--out-dir DIR] [--repeats N] [--iterations N]
 #                           [--sizes "8 64 236 1024 4096"] [--bw-iterations N]
 #                           [--bw-sizes "4096 65536"] [--write-window N]
-#                           [--bw-blocking] [--bw-only] [--update-docs]
+#                           [--bw-blocking] [--in-flight "1048576 ..."]
+#                           [--bw-only] [--update-docs]
 #
 # DIR (default .cache/softroce-perf in the checkout) receives
 # perf_latency.csv, perf_bw.csv, perf_summary.txt, perf_bw_table.md (the
@@ -15,8 +16,11 @@
 # (/proc/loadavg every 5 s); DIR/vm holds every artifact of the VM (each
 # tool's raw output under perf-raw/, console log). --bw-only skips the
 # latency runs; --bw-blocking adds rdma_bw --write_mode=blocking rows;
-# --update-docs puts perf_bw_table.md into docs/performance.md between its
-# rxe-bw-table markers, so the table there is this run's, not typed in.
+# --in-flight adds windowed WRITE runs with --rdma_in_flight=N (perf_bw.csv);
+# --update-docs puts perf_bw_table.md and the load into docs/performance.md
+# between its rxe-bw-table markers (perf_docs_table.sh), so the table there
+# is this run's, not typed in. With several $SOFTROCE_KERNELS the first
+# kernel's files are copied to DIR, the others stay in DIR/vm/<suite>/.
 # Plot the latency CSV with docs/plots/plot_latency.py. Exit status is
 # run_ci_stage.sh's (0 pass, 1..89 a failed run, 90 VM infrastructure,
 # 91 timeout; see docs/soft-roce.md). $SOFTROCE_TIMEOUT bounds the VM
@@ -39,9 +43,10 @@ while (($#)); do
     --bw-sizes) envs+=(--env "PERF_BW_SIZES=${2:?}"); shift 2 ;;
     --write-window) envs+=(--env "PERF_BW_WRITE_WINDOW=${2:?}"); shift 2 ;;
     --bw-blocking) envs+=(--env "PERF_BW_BLOCKING=1"); shift ;;
+    --in-flight) envs+=(--env "PERF_BW_IN_FLIGHT=${2:?}"); shift 2 ;;
     --bw-only) envs+=(--env "PERF_LATENCY=0"); shift ;;
     --update-docs) update_docs=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;
   esac
 done
@@ -71,26 +76,15 @@ SOFTROCE_GUEST=smoke SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500} \
   ${envs[@]+"${envs[@]}"} --guest-script "$here/guest_perf.sh" || status=$?
 
 kill "$sampler" 2>/dev/null || true
+# The VM's artifacts are per kernel (vm/<suite>/): the first kernel's
+# figures are the run's; the others stay where they are.
+read -r first _ <<<"${SOFTROCE_KERNELS:-bookworm}"
 for file in perf_latency.csv perf_bw.csv perf_summary.txt perf_bw_table.md; do
-  if [[ -f "$out_dir/vm/$file" ]]; then cp "$out_dir/vm/$file" "$out_dir/"; fi
+  for src in "$out_dir/vm/$first/$file" "$out_dir/vm/$file"; do
+    if [[ -f "$src" ]]; then cp "$src" "$out_dir/"; break; fi
+  done
 done
-if [[ -f "$out_dir/perf_bw_table.md" ]]; then
-  awk -v cores="$(nproc)" '
-    { n++; l[n] = $2 + 0 }
-    END {
-      if (n == 0) exit
-      for (i = 2; i <= n; i++) { t = l[i]; for (j = i - 1; j >= 1 && l[j] > t; j--) l[j + 1] = l[j]; l[j + 1] = t }
-      printf "Host load during the run (1-minute load average, sampled every 5 s, %d samples): min %.2f, median %.2f, max %.2f on %d cores.\n", n, l[1], l[int((n + 1) / 2)], l[n], cores
-    }' "$out_dir/perf_load.txt" >>"$out_dir/perf_bw_table.md"
-fi
-if ((update_docs)) && [[ -s "$out_dir/perf_bw_table.md" ]]; then
-  doc="$repo/docs/performance.md"
-  awk -v table="$out_dir/perf_bw_table.md" '
-    /<!-- rxe-bw-table:begin/ { print; while ((getline line < table) > 0) print line; skip = 1; next }
-    /<!-- rxe-bw-table:end/ { skip = 0 }
-    !skip' "$doc" >"$doc.new" && mv "$doc.new" "$doc"
-  echo "run_perf: docs/performance.md's bandwidth table updated from this run"
-fi
+if ((update_docs)); then "$here/perf_docs_table.sh" "$out_dir" || status=1; fi
 echo
 echo "==== run_perf: results in $out_dir"
 if [[ -f "$out_dir/perf_summary.txt" ]]; then cat "$out_dir/perf_summary.txt"; fi

@@ -109,6 +109,27 @@ class EngineWindowTest : public ::testing::TestWithParam<std::string> {
 
   Env& env() { return fabric_->env(); }
 
+  // One turn of the engine: a Progress(), or a Wait() (virtual time) when
+  // it had nothing and nothing is ready.
+  void Turn(std::chrono::seconds wait = seconds(10)) {
+    if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
+      E2E_ASSERT_OK(engine_->Wait(env().DeadlineIn(wait)));
+    }
+  }
+  // Drives the engine until the `count` ops from `first` have ended, each
+  // COMPLETED and in order.
+  void ExpectCompletedInOrder(OpHandle first, size_t count) {
+    size_t ended = 0;
+    while (ended < count) {
+      ASSERT_NO_FATAL_FAILURE(Turn());
+      while (std::optional<Completion> c = engine_->NextCompletion()) {
+        ASSERT_EQ(c->outcome, OpOutcome::kCompleted) << c->status;
+        ASSERT_EQ(c->handle, first + ended) << "out of order";
+        ++ended;
+      }
+    }
+  }
+
   std::unique_ptr<sim::Fabric> fabric_;
   std::unique_ptr<sim::SimVerbs> verbs_;
   std::vector<std::string> devices_;
@@ -151,9 +172,7 @@ TEST_P(EngineWindowTest, AWindowRefilledAsOpsCompleteStaysUnderTheCap) {
       ++posted;
       ASSERT_NO_FATAL_FAILURE(look());
     }
-    if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
-      E2E_ASSERT_OK(engine_->Wait(env().DeadlineIn(seconds(10))));
-    }
+    ASSERT_NO_FATAL_FAILURE(Turn());
     ASSERT_NO_FATAL_FAILURE(look());
     while (std::optional<Completion> c = engine_->NextCompletion()) {
       ASSERT_EQ(c->outcome, OpOutcome::kCompleted) << c->status;
@@ -202,17 +221,7 @@ TEST_P(EngineWindowTest, ALongReadGoesOutPieceByPieceBehindTheCap) {
   // The first piece's completion is what posts the second.
   ASSERT_GT(engine_->Progress(), 0);
   EXPECT_EQ(WrsPosted(), soft_roce() ? 2u : ops.size());
-  size_t ended = 0;
-  while (ended < ops.size()) {
-    if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
-      E2E_ASSERT_OK(engine_->Wait(env().DeadlineIn(seconds(10))));
-    }
-    while (std::optional<Completion> c = engine_->NextCompletion()) {
-      ASSERT_EQ(c->outcome, OpOutcome::kCompleted) << c->status;
-      ASSERT_EQ(c->handle, *first + ended);
-      ++ended;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectCompletedInOrder(*first, ops.size()));
   EXPECT_EQ(WrsPosted(), pieces + 3);
   for (size_t i = 0; i < source_.size(); ++i) {
     ASSERT_EQ(source_[i], PatternByte(9, i)) << "byte " << i;
@@ -261,17 +270,7 @@ TEST_P(EngineWindowTest, ABlockingWriteBesideQueuedOpsLeavesBothIntact) {
                         more_target_mr.remote(), k * kOpBytes});
   }
   E2E_ASSERT_OK(client_->Write(blocking));
-  size_t ended = 0;
-  while (ended < kSlots) {
-    if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
-      E2E_ASSERT_OK(engine_->Wait(env().DeadlineIn(seconds(10))));
-    }
-    while (std::optional<Completion> c = engine_->NextCompletion()) {
-      ASSERT_EQ(c->outcome, OpOutcome::kCompleted) << c->status;
-      ASSERT_EQ(c->handle, *first + ended);
-      ++ended;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectCompletedInOrder(*first, kSlots));
   EXPECT_EQ(std::memcmp(more_target.data(), more.data(), more.size()), 0);
   EXPECT_EQ(std::memcmp(target_.data(), source_.data(), target_.size()), 0);
   EXPECT_EQ(client_->stats().rdma_writes, kSlots + 8);
@@ -289,9 +288,7 @@ TEST_P(EngineWindowTest, APeerLostEndsWhatNeverWentOutFailed) {
   ASSERT_TRUE(first.ok()) << first.status();
   size_t failed = 0, unknown = 0, ended = 0;
   while (ended < kSlots) {
-    if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
-      E2E_ASSERT_OK(engine_->Wait(env().DeadlineIn(seconds(30))));
-    }
+    ASSERT_NO_FATAL_FAILURE(Turn(seconds(30)));
     while (std::optional<Completion> c = engine_->NextCompletion()) {
       ASSERT_NE(c->outcome, OpOutcome::kCompleted) << "the peer is gone";
       EXPECT_FALSE(c->status.ok());

@@ -5,17 +5,21 @@
 # DIR/perf_bw_table.md (guest_perf.sh's table, every repeat, medians and
 # ratios) and the host's load during the run (from DIR/perf_load.txt).
 #
-#   ci/softroce/perf_docs_table.sh DIR     # DIR: run_perf.sh's --out-dir
+#   ci/softroce/perf_docs_table.sh DIR           # DIR: run_perf.sh's --out-dir
+#   ci/softroce/perf_docs_table.sh DIR trixie    # that kernel's table instead
 #
-# run_perf.sh --update-docs runs it at the end of a run. Exit 1 when DIR
-# has no table or the page lacks the markers.
+# run_perf.sh --update-docs runs it at the end of a run (the first kernel's
+# table). The line under the table names the kernel when one is given.
+# Exit 1 when there is no table or the page lacks the markers.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-dir=${1:?usage: perf_docs_table.sh DIR}
+dir=${1:?usage: perf_docs_table.sh DIR [SUITE]}
+suite=${2:-}
 doc="$repo/docs/performance.md"
 table="$dir/perf_bw_table.md"
+if [[ -n "$suite" ]]; then table="$dir/vm/$suite/perf_bw_table.md"; fi
 if [[ ! -s "$table" ]]; then
   echo "perf_docs_table: no $table" >&2
   exit 1
@@ -28,6 +32,10 @@ fi
 block=$(mktemp)
 trap 'rm -f "$block" "$doc.new"' EXIT
 cat "$table" >"$block"
+if [[ -n "$suite" && -f "$dir/vm/$suite/run_vm.log" ]]; then
+  kernel=$(grep -o 'booting [^ ]*' "$dir/vm/$suite/run_vm.log" | head -1 | cut -d' ' -f2)
+  printf '\nKernel: Debian %s, %s.\n' "$suite" "${kernel:-?}" >>"$block"
+fi
 if [[ -s "$dir/perf_load.txt" ]]; then
   # perf_load.txt: "HH:MM:SS load1 load5 load15 running/total", every 5 s.
   awk -v cores="$(nproc)" '

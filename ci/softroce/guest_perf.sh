@@ -255,45 +255,8 @@ summarize() {
     }' bsize="${bw_sizes[-1]}" "$lat_csv" bsize="${bw_sizes[-1]}" "$bw_csv"
 }
 
-# --- The bandwidth table of docs/performance.md, in Markdown: per size and
-# operation, each repeat's Gb/s average (rN: repeat N; a failed run has
-# none), the medians and the ratio of the medians. ---------------------------------------------------
-bw_table_md() {
-  awk -F, -v repeats="$repeats" -v window="$bw_write_window" -v iters="$bw_iterations" '
-    function median(list,   n, a, i, j, t) {
-      n = split(list, a, " ")
-      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
-      return n == 0 ? 0 : n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function cell(key) { return (key in d) ? d[key] : "n/a" }
-    FNR > 1 {
-      k = $2 SUBSEP $3; v[k] = v[k] " " $6; size[$2] = 1
-      sep = (k in d) ? ", " : ""; d[k] = d[k] sep "r" $1 " " sprintf("%.3f", $6)
-    }
-    END {
-      printf "| bytes | op | perftest, each repeat | perftest median | rdma_bw, each repeat | rdma_bw median | ours / perftest |\n"
-      printf "| ---: | --- | --- | ---: | --- | ---: | ---: |\n"
-      n = 0; for (s in size) sorted[++n] = s + 0
-      for (i = 2; i <= n; i++) { t = sorted[i]; for (j = i - 1; j >= 1 && sorted[j] > t; j--) sorted[j + 1] = sorted[j]; sorted[j + 1] = t }
-      split("SEND WRITE WRITE", ops, " ")
-      split("ib_send_bw ib_write_bw ib_write_bw", theirs, " ")
-      split("rdma_bw_send rdma_bw_write rdma_bw_write_blocking", ours, " ")
-      split("SEND|WRITE, window " window "|WRITE, blocking (`--write_mode=blocking`)", labels, "|")
-      for (i = 1; i <= n; i++) {
-        for (o = 1; o <= 3; o++) {
-          p = sorted[i] SUBSEP theirs[o]; q = sorted[i] SUBSEP ours[o]
-          if (!(q in v)) continue
-          pm = (p in v) ? median(v[p]) : 0; qm = median(v[q])
-          printf "| %d | %s | %s | %s | %s | %.3f | %s |\n", sorted[i], labels[o], cell(p),
-            (pm > 0 ? sprintf("%.3f", pm) : "n/a"), cell(q), qm,
-            (pm > 0 ? sprintf("**%.2fx**", qm / pm) : "n/a")
-        }
-      }
-      printf "\nGb/s average (`--report_gbits`), %d iterations a run, %d interleaved repeats.\n", iters, repeats
-    }' "$bw_csv"
-}
 summarize | tee "$table"
-bw_table_md | tee "$bw_table"
+"$SOFTROCE_DIR/guest_bw_table.sh" "$bw_csv" "$bw_write_window" | tee "$bw_table"
 if [[ -n "${PERF_SUMMARY:-}" ]]; then cp "$table" "$PERF_SUMMARY"; fi
 echo "guest_perf: finished in ${SECONDS}s with $failures failed run(s), $invalid perftest run(s) without figures"
 if ((failures)); then exit 1; fi

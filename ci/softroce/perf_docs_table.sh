@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Puts a run_perf.sh run's bandwidth table into docs/performance.md, so that
 # the figures there are a run's, never typed in: the lines between
-# "<!-- rxe-bw-table:begin" and "<!-- rxe-bw-table:end" are replaced by
-# DIR/perf_bw_table.md (guest_perf.sh's table, every repeat, medians and
-# ratios) and the host's load during the run (from DIR/perf_load.txt).
+# "<!-- rxe-bw-table:begin" and "<!-- rxe-bw-table:end" are replaced by the
+# table guest_bw_table.sh makes of the run's perf_bw.csv (every repeat,
+# medians, ratios) and the host's load during the run (DIR/perf_load.txt).
 #
 #   ci/softroce/perf_docs_table.sh DIR           # DIR: run_perf.sh's --out-dir
 #   ci/softroce/perf_docs_table.sh DIR trixie    # that kernel's table instead
@@ -18,10 +18,10 @@ repo=$(cd "$here/../.." && pwd)
 dir=${1:?usage: perf_docs_table.sh DIR [SUITE]}
 suite=${2:-}
 doc="$repo/docs/performance.md"
-table="$dir/perf_bw_table.md"
-if [[ -n "$suite" ]]; then table="$dir/vm/$suite/perf_bw_table.md"; fi
-if [[ ! -s "$table" ]]; then
-  echo "perf_docs_table: no $table" >&2
+csv="$dir/perf_bw.csv"
+if [[ -n "$suite" ]]; then csv="$dir/vm/$suite/perf_bw.csv"; fi
+if [[ ! -s "$csv" ]]; then
+  echo "perf_docs_table: no $csv" >&2
   exit 1
 fi
 if ! grep -q '<!-- rxe-bw-table:begin' "$doc" || ! grep -q '<!-- rxe-bw-table:end' "$doc"; then
@@ -31,7 +31,8 @@ fi
 
 block=$(mktemp)
 trap 'rm -f "$block" "$doc.new"' EXIT
-cat "$table" >"$block"
+window=$(grep -o 'PERF_BW_WRITE_WINDOW=[0-9]*' "$dir/vm/${suite:-.}/run_vm.log" 2>/dev/null | head -1 | cut -d= -f2 || true)
+"$here/guest_bw_table.sh" "$csv" "${window:-128}" >"$block"
 if [[ -n "$suite" && -f "$dir/vm/$suite/run_vm.log" ]]; then
   kernel=$(grep -o 'booting [^ ]*' "$dir/vm/$suite/run_vm.log" | head -1 | cut -d' ' -f2)
   printf '\nKernel: Debian %s, %s.\n' "$suite" "${kernel:-?}" >>"$block"
@@ -52,4 +53,4 @@ awk -v block="$block" '
   /<!-- rxe-bw-table:end/ { skip = 0 }
   !skip' "$doc" >"$doc.new"
 mv "$doc.new" "$doc"
-echo "perf_docs_table: $doc's bandwidth table is now $table's"
+echo "perf_docs_table: $doc's bandwidth table is now $csv's"

@@ -109,6 +109,18 @@ class EngineWindowTest : public ::testing::TestWithParam<std::string> {
 
   Env& env() { return fabric_->env(); }
 
+  // Stamps every slot and posts one WRITE per slot, all in one PostWrite().
+  void PostEverySlot(OpHandle* first) {
+    std::vector<RdmaOp> ops;
+    for (uint64_t op = 0; op < kSlots; ++op) {
+      StampSlot(op);
+      ops.push_back(SlotOp(op));
+    }
+    absl::StatusOr<OpHandle> posted = client_->PostWrite(ops);
+    ASSERT_TRUE(posted.ok()) << posted.status();
+    *first = *posted;
+  }
+
   // One turn of the engine: a Progress(), or a Wait() (virtual time) when
   // it had nothing and nothing is ready.
   void Turn(std::chrono::seconds wait = seconds(10)) {
@@ -230,20 +242,15 @@ TEST_P(EngineWindowTest, ALongReadGoesOutPieceByPieceBehindTheCap) {
 }
 
 TEST_P(EngineWindowTest, CloseGoesAfterEveryQueuedPiece) {
-  std::vector<RdmaOp> ops;
-  for (uint64_t op = 0; op < kSlots; ++op) {
-    StampSlot(op);
-    ops.push_back(SlotOp(op));
-  }
-  absl::StatusOr<OpHandle> first = client_->PostWrite(ops);
-  ASSERT_TRUE(first.ok()) << first.status();
+  OpHandle first = 0;
+  ASSERT_NO_FATAL_FAILURE(PostEverySlot(&first));
   EXPECT_EQ(client_->async_ops_queued(), kSlots - OnTheNic(soft_roce()) + 0u);
   // Close() drives the engine until what waits has gone out and completed.
   E2E_ASSERT_OK(client_->Close(env().DeadlineIn(seconds(10))));
   size_t ended = 0;
   while (std::optional<Completion> c = engine_->NextCompletion()) {
     EXPECT_EQ(c->outcome, OpOutcome::kCompleted) << c->status;
-    EXPECT_EQ(c->handle, *first + ended);
+    EXPECT_EQ(c->handle, first + ended);
     ++ended;
   }
   EXPECT_EQ(ended, kSlots);
@@ -251,13 +258,8 @@ TEST_P(EngineWindowTest, CloseGoesAfterEveryQueuedPiece) {
 }
 
 TEST_P(EngineWindowTest, ABlockingWriteBesideQueuedOpsLeavesBothIntact) {
-  std::vector<RdmaOp> ops;
-  for (uint64_t op = 0; op < kSlots; ++op) {
-    StampSlot(op);
-    ops.push_back(SlotOp(op));
-  }
-  absl::StatusOr<OpHandle> first = client_->PostWrite(ops);
-  ASSERT_TRUE(first.ok()) << first.status();
+  OpHandle first = 0;
+  ASSERT_NO_FATAL_FAILURE(PostEverySlot(&first));
   // Write() lays out its own chains while its waits drive the engine,
   // which posts the queued ops' pieces meanwhile.
   std::vector<std::byte> more(8 * kOpBytes), more_target(8 * kOpBytes);
@@ -270,7 +272,7 @@ TEST_P(EngineWindowTest, ABlockingWriteBesideQueuedOpsLeavesBothIntact) {
                         more_target_mr.remote(), k * kOpBytes});
   }
   E2E_ASSERT_OK(client_->Write(blocking));
-  ASSERT_NO_FATAL_FAILURE(ExpectCompletedInOrder(*first, kSlots));
+  ASSERT_NO_FATAL_FAILURE(ExpectCompletedInOrder(first, kSlots));
   EXPECT_EQ(std::memcmp(more_target.data(), more.data(), more.size()), 0);
   EXPECT_EQ(std::memcmp(target_.data(), source_.data(), target_.size()), 0);
   EXPECT_EQ(client_->stats().rdma_writes, kSlots + 8);
@@ -282,10 +284,8 @@ TEST_P(EngineWindowTest, APeerLostEndsWhatNeverWentOutFailed) {
       fabric_->faults()
           .DropPackets(sim::FaultTarget::Qp(server_->qp()->qp_num), 1 << 30)
           .ok());
-  std::vector<RdmaOp> ops;
-  for (uint64_t op = 0; op < kSlots; ++op) ops.push_back(SlotOp(op));
-  absl::StatusOr<OpHandle> first = client_->PostWrite(ops);
-  ASSERT_TRUE(first.ok()) << first.status();
+  OpHandle first = 0;
+  ASSERT_NO_FATAL_FAILURE(PostEverySlot(&first));
   size_t failed = 0, unknown = 0, ended = 0;
   while (ended < kSlots) {
     ASSERT_NO_FATAL_FAILURE(Turn(seconds(30)));

@@ -30,14 +30,8 @@ class EngineTest : public ::testing::Test {
   void SetUp() override {
     fabric_ = std::make_unique<sim::Fabric>();
     verbs_ = std::make_unique<sim::SimVerbs>(fabric_.get());
-    absl::StatusOr<SimContexts> opened = OpenTwoSimContexts(*fabric_, *verbs_);
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    devices_ = opened->devices;
-    contexts_ = std::move(opened->contexts);
-    absl::StatusOr<std::unique_ptr<Engine>> engine =
-        Engine::Create(*contexts_[0]);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = *std::move(engine);
+    E2E_ASSERT_OK(OpenTwoSimContextsWithEngine(*fabric_, *verbs_, "cx7",
+                                               devices_, contexts_, engine_));
   }
 
   void TearDown() override {

@@ -41,15 +41,8 @@ class EngineWindowTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     fabric_ = std::make_unique<sim::Fabric>();
     verbs_ = std::make_unique<sim::SimVerbs>(fabric_.get());
-    absl::StatusOr<SimContexts> opened =
-        OpenTwoSimContexts(*fabric_, *verbs_, GetParam());
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    devices_ = opened->devices;
-    contexts_ = std::move(opened->contexts);
-    absl::StatusOr<std::unique_ptr<Engine>> engine =
-        Engine::Create(*contexts_[0]);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = *std::move(engine);
+    E2E_ASSERT_OK(OpenTwoSimContextsWithEngine(*fabric_, *verbs_, GetParam(),
+                                               devices_, contexts_, engine_));
     ConnectionOptions options;
     options.send_slots = kSlots;
     ConnectionOptions client_options = options;

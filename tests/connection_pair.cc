@@ -80,6 +80,23 @@ absl::StatusOr<SimContexts> OpenTwoSimContexts(sim::Fabric& fabric,
   return opened;
 }
 
+absl::Status OpenTwoSimContextsWithEngine(
+    sim::Fabric& fabric, Verbs& verbs, std::string_view profile,
+    std::vector<std::string>& devices,
+    std::vector<std::unique_ptr<Context>>& contexts,
+    std::unique_ptr<Engine>& engine) {
+  absl::StatusOr<SimContexts> opened =
+      OpenTwoSimContexts(fabric, verbs, profile);
+  if (!opened.ok()) return opened.status();
+  devices = opened->devices;
+  contexts = std::move(opened->contexts);
+  absl::StatusOr<std::unique_ptr<Engine>> created =
+      Engine::Create(*contexts[0]);
+  if (!created.ok()) return created.status();
+  engine = *std::move(created);
+  return absl::OkStatus();
+}
+
 std::string LeakReportText(const sim::Fabric& fabric) {
   std::string report;
   for (const sim::LiveObject& object : fabric.LeakReport()) {

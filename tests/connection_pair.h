@@ -17,11 +17,13 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sim/fabric.h"
 #include "transport/config.h"
 #include "transport/connection.h"
 #include "transport/context.h"
+#include "transport/engine.h"
 #include "transport/listener.h"
 
 namespace rdma_transport {
@@ -59,6 +61,14 @@ struct SimContexts {
 absl::StatusOr<SimContexts> OpenTwoSimContexts(
     sim::Fabric& fabric, Verbs& verbs, std::string_view profile = "cx7",
     const TransportConfig& config = {});
+
+// OpenTwoSimContexts(), then an Engine (default options) on the client's
+// Context: fills `devices`, `contexts` and `engine`.
+absl::Status OpenTwoSimContextsWithEngine(
+    sim::Fabric& fabric, Verbs& verbs, std::string_view profile,
+    std::vector<std::string>& devices,
+    std::vector<std::unique_ptr<Context>>& contexts,
+    std::unique_ptr<Engine>& engine);
 
 // The fabric's leak report, one object a line; empty when nothing leaked.
 std::string LeakReportText(const sim::Fabric& fabric);

@@ -125,6 +125,8 @@ int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
   const Deadline setup_deadline = DeadlineIn(session.timeout());
   ConnectionOptions options = connection_options;
   options.token = session.token;
+  ConnectionOptions client_options = options;
+  client_options.engine = roles.client_engine;
   switch (mode) {
     case BenchMode::kServer: {
       // Like perftest, the tools serve without authentication unless given
@@ -152,8 +154,8 @@ int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
       return 0;
     }
     case BenchMode::kClient: {
-      absl::StatusOr<std::unique_ptr<Connection>> connection =
-          Dial(backend.local(), session.connect, options, setup_deadline);
+      absl::StatusOr<std::unique_ptr<Connection>> connection = Dial(
+          backend.local(), session.connect, client_options, setup_deadline);
       if (!connection.ok()) {
         return Failed(program, absl::StrCat("connecting to ", session.connect),
                       connection.status());
@@ -174,7 +176,7 @@ int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
       Listener::Create(*peer, "127.0.0.1:0", options);
   if (!listener.ok()) return Failed(program, "listening", listener.status());
   auto dial = std::async(std::launch::async, [&] {
-    return Connect(backend.local(), (*listener)->address(), options);
+    return Connect(backend.local(), (*listener)->address(), client_options);
   });
   absl::StatusOr<std::unique_ptr<Connection>> server =
       (*listener)->Accept(setup_deadline);

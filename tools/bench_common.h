@@ -74,6 +74,11 @@ struct SessionFlags {
 struct BenchRoles {
   std::function<absl::Status(Connection&)> client;
   std::function<absl::Status(Connection&)> server;
+  // The engine (transport/engine.h) the client's connection attaches to, on
+  // backend.local(); it must outlive RunBench(). nullptr: none. The
+  // server's connection never has one (in --self it runs on a thread of its
+  // own, and an engine belongs to one thread).
+  Engine* client_engine = nullptr;
 };
 
 // Connects the two roles as `mode` says and runs them; returns the process

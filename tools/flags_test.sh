@@ -12,7 +12,7 @@ for flag in backend device peer_device profile gid_index inline tc progress \
     server listen connect self timeout token csv json sizes iterations warmup; do
   expect "pingpong --help lists --$flag" nonzero "--$flag " -- "$pingpong" --help
 done
-for flag in op window batch ops_per_write peer_device; do
+for flag in op window batch ops_per_write write_mode write_window peer_device; do
   expect "bw --help lists --$flag" nonzero "--$flag " -- "$bw" --help
 done
 expect "unknown flag" nonzero "Unknown command line flag 'bogus'" -- "$bw" --bogus
@@ -28,5 +28,17 @@ expect "bad gid index" nonzero "--gid_index=two: not an integer" -- "$pingpong" 
 expect "two modes" 2 "choose one of --server" -- "$bw" --self --server
 expect "unknown profile" nonzero "cx7" -- "$pingpong" --profile=cx99
 expect "a short run" 0 "inline" -- "$pingpong" --self --iterations=20 --warmup=2 --sizes=8
+expect "bad write mode" 2 "--write_mode: want window or blocking" -- "$bw" --write_mode=async
+expect "write window out of range" 2 "--write_window must be in 1..4096" \
+  -- "$bw" --write_window=0
+# The WRITE window on the simulator: a ring of 3 slots wraps many times in
+# 50 ops (each slot's stamp checked by the server), 2 sizes; and the
+# blocking mode beside it. A wrong stamp fails the run (exit 1).
+expect "windowed WRITE run" 0 "3 ops outstanding \(PostWrite on an engine\)" \
+  -- "$bw" --self --op=write --write_window=3 --iterations=50 --warmup=7 --sizes=64,300000
+expect "windowed WRITE rows" 0 "^ 300000 +50 " \
+  -- "$bw" --self --op=write --write_window=3 --iterations=50 --warmup=7 --sizes=64,300000
+expect "blocking WRITE run" 0 "ops per Write\(\) in chains of" \
+  -- "$bw" --self --op=write --write_mode=blocking --ops_per_write=5 --iterations=50 --sizes=4096
 
 finish

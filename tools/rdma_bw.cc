@@ -1,8 +1,8 @@
 // rdma_bw: streaming bandwidth and message rate per message size over the
 // transport, SEND (Connection::Send/Receive) and RDMA WRITE
-// (Connection::Write), reported as ib_send_bw / ib_write_bw report them
-// with --report_gbits: #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec]
-// MsgRate[Mpps].
+// (Connection::PostWrite on an Engine, or the blocking Connection::Write),
+// reported as ib_send_bw / ib_write_bw report them with --report_gbits:
+// #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps].
 //
 //   rdma_bw --self                                          # sim, one process
 //   rdma_bw --backend=ibverbs --device=mlx5_1 --server --sizes=65536
@@ -10,18 +10,25 @@
 //   --sizes=65536
 //
 // Window: SEND keeps up to --window messages in flight (the transport's
-// send_slots and recv_slots, i.e. the credits); WRITE posts --ops_per_write
-// operations per Write() call, in chains of --batch work requests
-// (ConnectionOptions::max_rdma_batch), one chain outstanding at a time.
+// send_slots and recv_slots, i.e. the credits). WRITE, --write_mode=window
+// (the default): the client's connection is on an Engine and keeps
+// --write_window operations outstanding continuously, posting a new one
+// (PostWrite) for each that completes, as perftest's tx-depth does; on
+// Soft-RoCE the transport holds what exceeds its in-flight cap
+// (kSoftRoceInFlightBytes) in the connection and posts it as completions
+// come. --write_mode=blocking: --ops_per_write operations per Write() call,
+// in chains of --batch work requests (ConnectionOptions::max_rdma_batch),
+// one chain outstanding at a time.
 //
 // Timing is the client's: from the first timed post to the server's
-// acknowledgement of the last message (SEND) or to the return of the last
-// Write() (WRITE, which returns on completion). "BW average" is bytes over
+// acknowledgement of the last message (SEND) or to the last WRITE's
+// completion. "BW average" is bytes over
 // that time; "BW peak" is the best of ten equal slices of the run timed at
 // post, leaving out the first slice, which only fills the window. Every
 // SEND is checked by the server (length, stamps in its first and last 8
 // bytes); after the WRITEs of a size, the server checks the stamp of every
-// slot of its region against the last operation that wrote it.
+// slot of its region against the last operation that wrote it (op k writes
+// slot k mod the ring: --write_window slots, or --ops_per_write blocking).
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -37,6 +44,7 @@
 #include "tools/backend_flags.h"
 #include "tools/bench_common.h"
 #include "transport/connection.h"
+#include "transport/engine.h"
 #include "transport/handshake.h"
 #include "transport/memory_region.h"
 
@@ -49,7 +57,19 @@ ABSL_FLAG(int64_t, window, 128,
           "SEND: messages in flight (send_slots and recv_slots)");
 ABSL_FLAG(int64_t, batch, 32,
           "WRITE: work requests per chain (max_rdma_batch)");
-ABSL_FLAG(int64_t, ops_per_write, 32, "WRITE: operations per Write() call");
+ABSL_FLAG(int64_t, ops_per_write, 32,
+          "WRITE, --write_mode=blocking: operations per Write() call");
+ABSL_FLAG(std::string, write_mode, "window",
+          "WRITE: window (PostWrite on an engine, --write_window operations "
+          "outstanding continuously) | blocking (Write(), one chain at a "
+          "time)");
+ABSL_FLAG(int64_t, rdma_in_flight, 0,
+          "WRITE: bytes of RDMA in flight at most "
+          "(ConnectionOptions::rdma_in_flight_bytes); 0: the transport's "
+          "default, 256 KiB on Soft-RoCE and no cap elsewhere");
+ABSL_FLAG(int64_t, write_window, 128,
+          "WRITE, --write_mode=window: operations outstanding (perftest's "
+          "tx-depth)");
 
 namespace rdma_transport {
 namespace {
@@ -65,6 +85,13 @@ struct BwFlags {
   int64_t window = 0;
   int64_t batch = 0;
   int64_t ops_per_write = 0;
+  std::string write_mode;  // window | blocking
+  int64_t write_window = 0;
+  int64_t rdma_in_flight = 0;
+
+  bool windowed() const { return write_mode == "window"; }
+  // Slots of the WRITE ring: op k writes slot k mod this.
+  int64_t ring() const { return windowed() ? write_window : ops_per_write; }
 
   static BwFlags FromCommandLine() {
     BwFlags bw;
@@ -75,6 +102,9 @@ struct BwFlags {
     bw.window = absl::GetFlag(FLAGS_window);
     bw.batch = absl::GetFlag(FLAGS_batch);
     bw.ops_per_write = absl::GetFlag(FLAGS_ops_per_write);
+    bw.write_mode = absl::GetFlag(FLAGS_write_mode);
+    bw.write_window = absl::GetFlag(FLAGS_write_window);
+    bw.rdma_in_flight = absl::GetFlag(FLAGS_rdma_in_flight);
     return bw;
   }
 };
@@ -176,10 +206,13 @@ std::string Header(const std::string& op) {
 
 class BwClient {
  public:
-  BwClient(Connection& connection, const BenchBackend& backend,
+  // `engine`: the connection's (ConnectionOptions::engine), needed for
+  // --write_mode=window.
+  BwClient(Connection& connection, Engine* engine,
            const BackendFlags& backend_flags, const SessionFlags& session,
            const BwFlags& flags, std::vector<uint32_t> sizes)
       : connection_(connection),
+        engine_(engine),
         backend_flags_(backend_flags),
         session_(session),
         flags_(flags),
@@ -192,13 +225,17 @@ class BwClient {
     std::printf(
         " connection       : %s\n"
         " device           : %s, inline %s (usable %u B), progress %s\n"
-        " window           : SEND %lld messages; WRITE %lld ops per call in "
-        "chains of %lld\n",
+        " window           : SEND %lld messages; WRITE %s\n",
         connection_.name().c_str(), connection_.context().device_name().c_str(),
         backend_flags_.inline_mode.c_str(), qp.usable_inline,
         backend_flags_.progress.c_str(), static_cast<long long>(flags_.window),
-        static_cast<long long>(flags_.ops_per_write),
-        static_cast<long long>(flags_.batch));
+        flags_.windowed()
+            ? absl::StrCat(flags_.write_window,
+                           " ops outstanding (PostWrite on an engine)")
+                  .c_str()
+            : absl::StrCat(flags_.ops_per_write,
+                           " ops per Write() in chains of ", flags_.batch)
+                  .c_str());
     if (flags_.op != "write") {
       if (largest > connection_.max_message_size()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -226,7 +263,7 @@ class BwClient {
     plan.values["sizes"] = flags_.sizes;
     plan.values["iterations"] = absl::StrCat(flags_.iterations);
     plan.values["warmup"] = absl::StrCat(flags_.warmup);
-    plan.values["ops_per_write"] = absl::StrCat(flags_.ops_per_write);
+    plan.values["ring"] = absl::StrCat(flags_.ring());
     if (absl::Status status = SendText(connection_, plan.Encode(), Soon());
         !status.ok()) {
       return status;
@@ -260,8 +297,12 @@ class BwClient {
         .Add("bw_average_gbps", r.average_gbps)
         .Add("msg_rate_mpps", r.mpps)
         .Add("window",
-             static_cast<uint64_t>(op == "send" ? flags_.window : flags_.batch))
+             static_cast<uint64_t>(op == "send"        ? flags_.window
+                                   : flags_.windowed() ? flags_.write_window
+                                                       : flags_.batch))
         .Add("ops_per_write", static_cast<uint64_t>(flags_.ops_per_write))
+        .Add("write_mode", op == "send" ? std::string("-") : flags_.write_mode)
+        .Add("rdma_in_flight", static_cast<uint64_t>(flags_.rdma_in_flight))
         .Add("inline_mode", backend_flags_.inline_mode)
         .Add("usable_inline", connection_.usable_inline())
         .Add("progress", backend_flags_.progress);
@@ -337,7 +378,7 @@ class BwClient {
         std::span<const std::byte, RemoteRegion::kEncodedSize>(
             reinterpret_cast<const std::byte*>(encoded.data()),
             RemoteRegion::kEncodedSize));
-    const size_t ring = static_cast<size_t>(flags_.ops_per_write);
+    const size_t ring = static_cast<size_t>(flags_.ring());
     std::vector<std::byte> local(ring * largest);
     for (size_t i = 0; i < local.size(); ++i) {
       local[i] = static_cast<std::byte>(i * 11 + 3);
@@ -356,6 +397,10 @@ class BwClient {
       }
       auto write_range = [&](uint64_t first, uint64_t count,
                              uint64_t stamp_base, Marks* progress) {
+        if (flags_.windowed()) {
+          return WriteWindowed({local.data(), ring * size}, ops, size, count,
+                               stamp_base, progress);
+        }
         for (uint64_t done = 0; done < count;) {
           const size_t n = std::min<uint64_t>(ring, count - done);
           for (size_t j = 0; j < n; ++j) {
@@ -399,7 +444,65 @@ class BwClient {
     return region->Release();
   }
 
+  // --write_mode=window: `count` WRITEs, op k from local slot k mod ring to
+  // remote slot k mod ring (`slots`: ops[j] is slot j's), stamped with
+  // StampValue(size, stamp_base + k), keeping ring = slots.size() of them
+  // outstanding: a slot is stamped again and reposted once the op that last
+  // used it has completed (a connection's ops end in posting order).
+  absl::Status WriteWindowed(std::span<std::byte> local,
+                             std::span<const RdmaOp> slots, uint32_t size,
+                             uint64_t count, uint64_t stamp_base,
+                             Marks* progress) {
+    const uint64_t ring = slots.size();
+    uint64_t posted = 0;
+    uint64_t done = 0;
+    uint32_t idle = 0;
+    Deadline deadline = DeadlineIn(session_.timeout());
+    uint64_t next_refresh = kDeadlineRefresh;
+    while (done < count) {
+      // Refill: every free slot, as one post, in slot order (a run that
+      // wraps round the ring is two posts).
+      while (posted < count && posted - done < ring) {
+        const uint64_t first_slot = posted % ring;
+        const uint64_t n = std::min(
+            {count - posted, ring - (posted - done), ring - first_slot});
+        for (uint64_t j = 0; j < n; ++j) {
+          Stamp(local.subspan((first_slot + j) * size, size),
+                StampValue(size, stamp_base + posted + j));
+        }
+        absl::StatusOr<OpHandle> first =
+            connection_.PostWrite(slots.subspan(first_slot, n));
+        if (!first.ok()) return first.status();
+        posted += n;
+      }
+      if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
+        // Busy-poll as ib_write_bw does; the clock only now and then.
+        if (++idle % 4096 == 0 && Clock::now() >= deadline) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "WRITE size ", size, ": no completion in ", session_.timeout_s,
+              " s (", posted - done, " outstanding)"));
+        }
+        continue;
+      }
+      while (std::optional<Completion> c = engine_->NextCompletion()) {
+        if (c->outcome != OpOutcome::kCompleted) {
+          return absl::Status(c->status.code(),
+                              absl::StrCat("WRITE ", OpOutcomeName(c->outcome),
+                                           ": ", c->status.message()));
+        }
+        ++done;
+        if (progress != nullptr) progress->Progress(done);
+      }
+      if (done >= next_refresh) {
+        deadline = DeadlineIn(session_.timeout());
+        next_refresh = done + kDeadlineRefresh;
+      }
+    }
+    return absl::OkStatus();
+  }
+
   Connection& connection_;
+  Engine* const engine_;
   const BackendFlags& backend_flags_;
   const SessionFlags& session_;
   const BwFlags& flags_;
@@ -540,7 +643,7 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
     absl::StatusOr<std::vector<uint32_t>> sizes = plan->Sizes("sizes");
     absl::StatusOr<int64_t> iterations = plan->Int("iterations");
     absl::StatusOr<int64_t> warmup = plan->Int("warmup");
-    absl::StatusOr<int64_t> ring = plan->Int("ops_per_write");
+    absl::StatusOr<int64_t> ring = plan->Int("ring");
     const std::string op = plan->values["op"];
     absl::Status problem =
         plan->test != "bw" ? absl::InvalidArgumentError(absl::StrCat(
@@ -613,6 +716,12 @@ int Main(int argc, char** argv) {
           ? absl::InvalidArgumentError("--batch must be in 1..4096")
       : bw.ops_per_write < 1 || bw.ops_per_write > 65536
           ? absl::InvalidArgumentError("--ops_per_write must be in 1..65536")
+      : bw.write_mode != "window" && bw.write_mode != "blocking"
+          ? absl::InvalidArgumentError("--write_mode: want window or blocking")
+      : bw.write_window < 1 || bw.write_window > 4096
+          ? absl::InvalidArgumentError("--write_window must be in 1..4096")
+      : bw.rdma_in_flight < 0
+          ? absl::InvalidArgumentError("--rdma_in_flight must be >= 0")
           : absl::OkStatus();
   if (!bad.ok()) {
     std::fprintf(stderr, "rdma_bw: %s\n", bad.ToString().c_str());
@@ -629,17 +738,40 @@ int Main(int argc, char** argv) {
 
   ConnectionOptions options;
   options.progress = backend_flags.progress_mode();
-  options.send_slots = static_cast<uint32_t>(bw.window);
+  // The send queue (send_slots + max_rdma_batch + 4 entries) holds the
+  // WRITE window too.
+  options.send_slots =
+      static_cast<uint32_t>(std::max(bw.window, bw.write_window));
   options.recv_slots = static_cast<uint32_t>(bw.window);
   options.max_rdma_batch = static_cast<uint32_t>(bw.batch);
+  options.rdma_in_flight_bytes = static_cast<uint64_t>(bw.rdma_in_flight);
   // WRITE needs only control messages; SEND needs the largest size.
   const uint32_t largest = *std::max_element(sizes->begin(), sizes->end());
   options.max_message_size =
       std::max<uint32_t>(bw.op == "write" ? 0 : largest, kControlMessageSize);
 
+  // The WRITE window runs on an engine of the client's own; SEND-only runs
+  // keep the connection as it was.
+  std::unique_ptr<Engine> engine;
+  if (bw.op != "send" && bw.windowed() && *mode != BenchMode::kServer) {
+    EngineOptions engine_options;
+    engine_options.max_connections = 1;
+    engine_options.max_async_ops = static_cast<uint32_t>(bw.write_window);
+    absl::StatusOr<std::unique_ptr<Engine>> created =
+        Engine::Create((*backend)->local(), engine_options);
+    if (!created.ok()) {
+      std::fprintf(stderr, "rdma_bw: error: creating the engine: %s\n",
+                   created.status().ToString().c_str());
+      return 1;
+    }
+    engine = *std::move(created);
+  }
+
   BenchRoles roles;
+  roles.client_engine = engine.get();
   roles.client = [&](Connection& connection) {
-    BwClient client(connection, **backend, backend_flags, session, bw, *sizes);
+    BwClient client(connection, engine.get(), backend_flags, session, bw,
+                    *sizes);
     absl::Status status = client.Run();
     if (status.ok()) status = client.report().Write(session.csv, session.json);
     return status;

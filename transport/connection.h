@@ -137,6 +137,10 @@ struct ConnectionOptions {
   uint32_t max_message_size = 4096;
   // Work requests per post in Write()/Read().
   uint32_t max_rdma_batch = 32;
+  // Bytes of RDMA in flight at most per connection, for Write()/Read() and
+  // PostWrite()/PostRead(); 0: kSoftRoceInFlightBytes on Soft-RoCE, no cap
+  // elsewhere. (Pieces stay at most kSoftRoceInFlightBytes on Soft-RoCE.)
+  uint64_t rdma_in_flight_bytes = 0;
   // Credits owed before they go back in a message of their own; 0: half of
   // recv_slots.
   uint32_t credit_batch = 0;
@@ -192,6 +196,14 @@ struct ConnectionStats {
 inline constexpr uint64_t kWatchdogFloorBytesPerSecond = 1 << 20;
 // Write()/Read() signal a work request at least every this many bytes.
 inline constexpr uint64_t kProgressSignalBytes = 1 << 20;
+// Soft-RoCE: at most this much RDMA in flight per connection (Write()/Read()
+// and PostWrite()/PostRead()). Its responder sends READ responses as fast as
+// it can produce them; on a loaded host the veth queue overflows ("rdma_rxe:
+// Failed sending ACK") and Linux 6.1's rxe then stalls the READ for good (no
+// completion, no error: measured in the VM with every host core busy, 3 of 3
+// runs of a 16 MiB READ). 256 KiB is 256 packets at rxe's 1024-byte MTU,
+// inside the 1000-packet backlog.
+inline constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
 // After a failure, how long flush completions may take before the QP is
 // destroyed instead.
 inline constexpr std::chrono::milliseconds kFlushWait{1000};
@@ -240,16 +252,36 @@ class Connection final : private AsyncEventListener {
   // kFailedPrecondition without an engine; the errors of Write()/Read()
   // for bad ops; the connection's failure once it has failed. The memory
   // must stay registered and untouched (READ targets: unread) until the
-  // op's completion is taken. Pieces are cut as Write() cuts them; unlike
-  // Write(), no cap on bytes in flight (kSoftRoceInFlightBytes) applies yet.
+  // op's completion is taken. Pieces are cut as Write() cuts them.
+  //
+  // Bytes in flight. On Soft-RoCE at most kSoftRoceInFlightBytes (or
+  // ConnectionOptions::rdma_in_flight_bytes, on any device) of the
+  // send queue's bytes are in flight, as for Write()/Read() (see above):
+  // an accepted op whose pieces would go past that waits in the connection,
+  // and its pieces are posted, in order, as completions of earlier ones are
+  // dispatched by the engine. Accepting is unchanged (the room counted is
+  // for queued ops too), so a caller keeps a window of ops outstanding with
+  // no rxe-specific code and never sees a refusal for bytes: the cap only
+  // sets how much of the window the NIC holds at once. Other devices get
+  // every piece posted at once. While anything waits, the last work request
+  // of every post is signalled, so a completion always comes to post more.
+  // Close() posts its close message after every queued piece; a connection
+  // that fails ends the ops none of whose pieces went out FAILED.
+  //
+  //   absl::StatusOr<OpHandle> first = connection->PostWrite(window);
+  //   // ... engine->Progress() / Wait(); NextCompletion() as each ends
+  //
   // An op of the batch not ended by `deadline` (Env clock) fails the
   // connection with kDeadlineExceeded (engine.h, "Deadlines").
   absl::StatusOr<OpHandle> PostWrite(std::span<const RdmaOp> ops,
                                      Deadline deadline = kNoDeadline);
   absl::StatusOr<OpHandle> PostRead(std::span<const RdmaOp> ops,
                                     Deadline deadline = kNoDeadline);
-  // Asynchronous operations posted and not yet ended.
+  // Asynchronous operations posted and not yet ended (queued ones too).
   size_t async_ops_in_flight() const;
+  // Of those, the ops not all of whose work requests are on the send queue
+  // yet (Soft-RoCE's in-flight cap holds them, see PostWrite()).
+  size_t async_ops_queued() const;
 
   // Opens [offset, offset + length) of `region` to this connection's peer
   // only, with `access` (kRemoteRead and/or kRemoteWrite); returns the
@@ -381,15 +413,29 @@ class Connection final : private AsyncEventListener {
   bool SqHasRoomLocked(uint32_t wrs) const {
     return sq_posted_ - sq_completed_ + wrs <= sq_depth_;
   }
+  // Payload bytes of the work requests posted and not yet completed.
+  uint64_t SqBytesOutstandingLocked() const {
+    return sq_bytes_posted_ -
+           (sq_completed_ == 0 ? 0
+                               : sq_bytes_[(sq_completed_ - 1) % sq_depth_]);
+  }
   absl::Status PostSendLocked(ibv_send_wr* first, uint32_t count);
   // A control work request (credit return, close: zero bytes with an
   // immediate; keepalive: one inline byte); returns its sequence number.
   absl::StatusOr<uint64_t> PostControlLocked(WrKind kind, uint32_t imm);
   absl::Status RepostLocked(uint32_t slot);
-  // rdma_wrs_[batch] and rdma_sges_[batch] for `length` bytes of `op` from
-  // `op_offset`: a WRITE (inline when it fits) or READ, neither chained nor
-  // signalled (Write()/Read() and PostWrite()/PostRead() do that).
-  ibv_send_wr& FillRdmaWr(uint32_t batch, const RdmaOp& op, uint64_t op_offset,
+  // Work requests and gather entries of one chain of WRITEs/READs,
+  // max_rdma_batch of each, allocated once.
+  struct RdmaChain {
+    std::vector<ibv_send_wr> wrs;
+    std::vector<ibv_sge> sges;
+  };
+  // chain.wrs[batch] and chain.sges[batch] for `length` bytes from local
+  // `local_addr` (`lkey`) to/from the peer's `remote_addr` (`rkey`): a WRITE
+  // (inline when it fits) or READ, neither chained nor signalled
+  // (Write()/Read() and PostWrite()/PostRead() do that).
+  ibv_send_wr& FillRdmaWr(RdmaChain& chain, uint32_t batch, uint64_t local_addr,
+                          uint32_t lkey, uint64_t remote_addr, uint32_t rkey,
                           uint64_t length, bool is_write);
   void MaybeReturnCreditsLocked();
   // Polls and waits until `ready()` holds. The connection's failure if one
@@ -421,6 +467,12 @@ class Connection final : private AsyncEventListener {
   absl::StatusOr<OpHandle> PostAsyncLocked(std::span<const RdmaOp> ops,
                                            bool is_write, Deadline deadline);
   void CheckAsyncDeadlinesLocked(Deadline now);  // engine.h, "Deadlines"
+  // Posts the pieces of accepted ops that wait (async_posted_ onwards) as
+  // far as the send queue and the in-flight cap allow.
+  void PostQueuedAsyncLocked();
+  // At most this many bytes of RDMA in flight (rdma_in_flight_bytes, or
+  // its default): Write()/Read() batches, PostWrite()/PostRead() pieces.
+  uint64_t RdmaInFlightCapLocked() const;
   // A send-queue completion of sequence `seq` with `status`: ends the
   // operations it decides, in order.
   void EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status);
@@ -527,10 +579,12 @@ class Connection final : private AsyncEventListener {
   bool event_waiter_ = false;  // a thread is blocked on the channel fd
   Deadline last_activity_;
 
-  // Work requests and gather entries of one Write()/Read() batch,
-  // allocated once.
-  std::vector<ibv_send_wr> rdma_wrs_;
-  std::vector<ibv_sge> rdma_sges_;
+  // The chain Write()/Read() lay out, and the one PostQueuedAsyncLocked()
+  // does: apart, because the latter runs from engine dispatch, which a
+  // Write() waiting for send queue room drives between laying out its
+  // chain and posting it.
+  RdmaChain rdma_chain_;
+  RdmaChain async_chain_;
   // Windows bound by BindRegion(), shared with their PeerRegions; released
   // ones are dropped at the next bind, the rest at teardown.
   std::vector<std::shared_ptr<BoundWindow>> windows_;
@@ -542,11 +596,19 @@ class Connection final : private AsyncEventListener {
   bool engine_attached_ = false;
   uint64_t engine_dispatched_ = 0;  // completions the engine handed over
 
-  // Asynchronous operations in flight, oldest first (a ring of sq_depth_).
+  // Asynchronous operations in flight, oldest first (a ring of sq_depth_),
+  // with what their pieces need to be posted later (the cap on bytes in
+  // flight; async_op.h).
   std::vector<AsyncOp> async_ops_;
   Deadline async_deadline_ = kNoDeadline;  // a lower bound of theirs
   size_t async_head_ = 0;
   size_t async_count_ = 0;
+  // The first async_posted_ ops from the head have every piece posted; of
+  // the next, async_post_offset_ bytes are. async_queued_wrs_: work
+  // requests of accepted ops not posted yet (counted as send queue room).
+  size_t async_posted_ = 0;
+  uint64_t async_post_offset_ = 0;
+  uint64_t async_queued_wrs_ = 0;
   bool async_error_seen_ = false;  // a send completion in error came
   bool async_quiescing_ = false;   // the QP was moved to ERR for them
   Deadline async_flush_deadline_;

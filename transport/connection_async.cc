@@ -1,11 +1,13 @@
 // File: transport/connection_async.cc
 //
 // Asynchronous one-sided operations on a connection with an engine
-// (engine.h): PostWrite()/PostRead() post a whole batch at once and record
-// each op (its first and last send-queue sequence) in a ring of sq_depth_
-// slots; send-queue completions end them in order (RC completes in order,
-// and each op's last work request is signalled), and after a failure the
-// QP is moved to ERR so that every op still in flight ends with its flush.
+// (engine.h): PostWrite()/PostRead() record each op in a ring of sq_depth_
+// slots and post its pieces at once or, past Soft-RoCE's cap on bytes in
+// flight, as completions make room (PostQueuedAsyncLocked, from dispatch);
+// each op's first and last send-queue sequence are noted as they go out.
+// Send-queue completions end them in order (RC completes in order, and each
+// op's last work request is signalled), and after a failure the QP is moved
+// to ERR so that every op still in flight ends with its flush.
 // Also the engine's side of the connection: dispatch, liveness service and
 // the operations' deadlines.
 
@@ -79,6 +81,11 @@ size_t Connection::async_ops_in_flight() const {
   return async_count_;
 }
 
+size_t Connection::async_ops_queued() const {
+  std::unique_lock<std::mutex> lock = Enter();
+  return async_count_ - async_posted_;
+}
+
 absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     std::span<const RdmaOp> ops, bool is_write, Deadline deadline) {
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
@@ -92,67 +99,99 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
   for (const RdmaOp& op : ops) {
     wrs += op.length == 0 ? 1 : (op.length + max_piece - 1) / max_piece;
   }
-  const uint64_t sq_free = sq_depth_ - (sq_posted_ - sq_completed_);
+  // Queued work requests hold their room: once accepted, an op always fits.
+  const uint64_t sq_used = sq_posted_ - sq_completed_ + async_queued_wrs_;
+  const uint64_t sq_free = sq_used < sq_depth_ ? sq_depth_ - sq_used : 0;
   if (wrs + kControlReserve > sq_free ||
       async_count_ + ops.size() > async_ops_.size() ||
       !engine_->HasOpRoom(static_cast<uint32_t>(ops.size()))) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(name_, ": no room for ", ops.size(), " operation(s) (",
-                     wrs, " work requests; the send queue has ", sq_free,
-                     " of ", sq_depth_, " entries free, ", kControlReserve,
-                     " kept for control messages; ", async_count_,
-                     " operation(s) in flight); progress the engine and "
-                     "post again"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name_, ": no room for ", ops.size(), " operation(s) (", wrs,
+        " work requests; the send queue has ", sq_free, " of ", sq_depth_,
+        " entries free, ", kControlReserve, " kept for control messages; ",
+        async_count_, " operation(s) in flight, ", async_count_ - async_posted_,
+        " of them queued); progress the engine and "
+        "post again"));
   }
 
   const OpHandle first = engine_->ReserveOps(static_cast<uint32_t>(ops.size()));
-  // Record every op before posting: seqs are those PostSendLocked() gives.
-  uint64_t seq = sq_posted_;
   for (size_t i = 0; i < ops.size(); ++i) {
-    const uint64_t pieces =
-        ops[i].length == 0 ? 1 : (ops[i].length + max_piece - 1) / max_piece;
+    const RdmaOp& op = ops[i];
     AsyncOp& slot =
         async_ops_[(async_head_ + async_count_) % async_ops_.size()];
-    slot = {first + i,     seq,      seq + pieces - 1,
-            ops[i].length, deadline, is_write};
+    slot = {};
+    slot.handle = first + i;
+    slot.length = op.length;
+    slot.local_addr =
+        reinterpret_cast<uint64_t>(op.local->data() + op.local_offset);
+    slot.lkey = op.local->lkey();
+    slot.remote_addr = op.remote.address + op.remote_offset;
+    slot.rkey = op.remote.rkey;
+    slot.deadline = deadline;
+    slot.is_write = is_write;
     ++async_count_;
-    seq += pieces;
   }
   // No clock read: the engine's service turns compare (engine.h).
   async_deadline_ = std::min(async_deadline_, deadline);
+  async_queued_wrs_ += wrs;
+  PostQueuedAsyncLocked();
+  return first;
+}
 
-  // Post in chains of at most max_rdma_batch work requests.
-  size_t op_index = 0;
-  uint64_t op_offset = 0;
-  uint64_t unsignaled_bytes = 0;
-  while (op_index < ops.size()) {
+void Connection::PostQueuedAsyncLocked() {
+  const uint64_t max_piece = MaxRdmaPieceLocked();
+  const uint64_t cap = RdmaInFlightCapLocked();
+  // Under a cap, a completion every quarter of it, so that room comes back
+  // in steps while the rest is still on the wire.
+  const uint64_t signal_bytes =
+      std::clamp<uint64_t>(cap / 4, 1, kProgressSignalBytes);
+  while (async_posted_ < async_count_ && failure_.ok() &&
+         inline_.qp != nullptr) {
+    uint64_t in_flight = SqBytesOutstandingLocked();
+    uint64_t unsignaled_bytes = 0;
+    size_t index = async_posted_;
+    uint64_t offset = async_post_offset_;
     uint32_t batch = 0;
-    while (batch < options_.max_rdma_batch && op_index < ops.size()) {
-      const RdmaOp& op = ops[op_index];
-      const uint64_t length = std::min(op.length - op_offset, max_piece);
-      ibv_send_wr& wr = FillRdmaWr(batch, op, op_offset, length, is_write);
+    while (batch < options_.max_rdma_batch && index < async_count_) {
+      AsyncOp& op = async_ops_[(async_head_ + index) % async_ops_.size()];
+      const uint64_t length = std::min(op.length - offset, max_piece);
+      if ((in_flight > 0 && in_flight + length > cap) ||
+          !SqHasRoomLocked(batch + 1 + kControlReserve)) {
+        break;  // a completion of what is in flight makes room
+      }
+      ibv_send_wr& wr =
+          FillRdmaWr(async_chain_, batch, op.local_addr + offset, op.lkey,
+                     op.remote_addr + offset, op.rkey, length, op.is_write);
+      const uint64_t seq = sq_posted_ + batch;
+      if (offset == 0) op.first_seq = seq;
+      in_flight += length;
       unsignaled_bytes += length;
-      if (unsignaled_bytes >= kProgressSignalBytes) {
+      if (unsignaled_bytes >= signal_bytes) {
         wr.send_flags |= IBV_SEND_SIGNALED;
         unsignaled_bytes = 0;
       }
-      if (batch > 0) rdma_wrs_[batch - 1].next = &wr;
+      if (batch > 0) async_chain_.wrs[batch - 1].next = &wr;
       ++batch;
-      op_offset += length;
-      if (op_offset >= op.length) {
+      offset += length;
+      if (offset >= op.length) {
         // Each op's last work request is signalled: its completion ends it.
+        op.last_seq = seq;
         wr.send_flags |= IBV_SEND_SIGNALED;
         unsignaled_bytes = 0;
-        ++op_index;
-        op_offset = 0;
+        ++index;
+        offset = 0;
       }
     }
-    if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
+    if (batch == 0) return;
+    // The last of every post is signalled: with ops still waiting, its
+    // completion is what posts them.
+    async_chain_.wrs[batch - 1].send_flags |= IBV_SEND_SIGNALED;
+    if (absl::Status status = PostSendLocked(async_chain_.wrs.data(), batch);
         !status.ok()) {
       // The connection has failed (PostSendLocked said so). Ops none of
       // whose work requests were posted end FAILED now, newest first off
       // the tail; the rest end with their completions or the flush.
-      while (async_count_ > 0) {
+      while (async_count_ > async_posted_) {
         AsyncOp& last =
             async_ops_[(async_head_ + async_count_ - 1) % async_ops_.size()];
         if (last.first_seq < sq_posted_) break;
@@ -168,14 +207,18 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
       }
       // The async ring is FIFO, so the engine's queue gets these before the
       // older ones: handles, not positions, name ops.
+      async_queued_wrs_ = 0;
+      async_post_offset_ = 0;
       AdvanceAsyncAfterFailureLocked(env_.Now());
-      return first;
+      return;
     }
+    async_queued_wrs_ -= std::min<uint64_t>(async_queued_wrs_, batch);
+    async_posted_ = index;
+    async_post_offset_ = offset;
     for (uint32_t i = 0; i < batch; ++i) {
-      stats_.rdma_bytes += rdma_sges_[i].length;
+      stats_.rdma_bytes += async_chain_.sges[i].length;
     }
   }
-  return first;
 }
 
 void Connection::EndAsyncOpLocked(OpOutcome outcome, absl::Status status) {
@@ -192,6 +235,11 @@ void Connection::EndAsyncOpLocked(OpOutcome outcome, absl::Status status) {
   }
   async_head_ = (async_head_ + 1) % async_ops_.size();
   --async_count_;
+  if (async_posted_ > 0) {
+    --async_posted_;
+  } else {
+    async_post_offset_ = 0;  // it ended before all of it went out
+  }
   engine_->Finish(std::move(done));
 }
 
@@ -225,10 +273,14 @@ void Connection::EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status) {
 }
 
 void Connection::EndAllAsyncOpsLocked(const absl::Status& why) {
+  async_queued_wrs_ = 0;
   while (async_count_ > 0) {
-    const bool is_write = async_ops_[async_head_].is_write;
-    EndAsyncOpLocked(is_write ? OpOutcome::kOutcomeUnknown : OpOutcome::kFailed,
-                     why);
+    const AsyncOp& op = async_ops_[async_head_];
+    // A WRITE none of whose pieces went out cannot have changed anything.
+    const bool maybe_written =
+        op.is_write && op.first_seq != AsyncOp::kUnposted;
+    EndAsyncOpLocked(
+        maybe_written ? OpOutcome::kOutcomeUnknown : OpOutcome::kFailed, why);
   }
 }
 
@@ -299,6 +351,7 @@ void Connection::EngineDispatch(std::span<const ibv_wc> wcs) {
   std::unique_lock<std::mutex> lock = Enter();
   for (const ibv_wc& wc : wcs) HandleCompletionLocked(wc);
   engine_dispatched_ += wcs.size();
+  if (async_posted_ < async_count_) PostQueuedAsyncLocked();
   MaybeReturnCreditsLocked();
   if (!failure_.ok() && async_count_ > 0) {
     AdvanceAsyncAfterFailureLocked(env_.Now());

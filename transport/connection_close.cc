@@ -40,12 +40,18 @@ absl::Status Connection::Close(Deadline deadline) {
   // A connection whose handshake never finished (the Listener gives it up)
   // has nobody to tell: the peer may not even have its QP up.
   if (established_ && handshake_done_ && failure_.ok() && !peer_closed_) {
-    // The close message needs a credit and a send queue entry. A failure
-    // meanwhile leaves nothing to tell: the close itself still succeeds.
+    // The close message needs a credit and a send queue entry, and goes
+    // after every piece of the asynchronous ops accepted (some may wait for
+    // the in-flight cap). A failure meanwhile leaves nothing to tell: the
+    // close itself still succeeds.
     absl::Status ready = WaitUntilLocked(
         lock, deadline,
-        [&] { return send_credits_.CanSendClose() && SqHasRoomLocked(1); },
-        "close: no credit to tell the peer");
+        [&] {
+          return send_credits_.CanSendClose() && SqHasRoomLocked(1) &&
+                 async_posted_ == async_count_;
+        },
+        "close: no credit to tell the peer, or asynchronous operations "
+        "still queued");
     if (absl::IsDeadlineExceeded(ready) && failure_.ok()) result = ready;
     if (ready.ok()) {
       absl::StatusOr<uint64_t> seq = PostControlLocked(

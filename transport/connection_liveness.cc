@@ -44,9 +44,7 @@ void Connection::NoteActivityLocked(Deadline now) {
 
 Clock::duration Connection::WatchdogBudgetLocked() const {
   // Time for the bytes outstanding at the floor rate, on top of the base.
-  const uint64_t completed_bytes =
-      sq_completed_ == 0 ? 0 : sq_bytes_[(sq_completed_ - 1) % sq_depth_];
-  const uint64_t outstanding = sq_bytes_posted_ - completed_bytes;
+  const uint64_t outstanding = SqBytesOutstandingLocked();
   return completion_timeout_ +
          std::chrono::duration_cast<Clock::duration>(
              std::chrono::duration<double>(

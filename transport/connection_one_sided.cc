@@ -21,33 +21,26 @@ namespace {
 // Pieces of a Write()/Read() op when the watchdog is armed, so that every
 // completion the watchdog waits for moves at most this much.
 constexpr uint64_t kWatchdogPieceBytes = 1 << 20;
-// Soft-RoCE: at most this much RDMA in flight per connection. Its responder
-// sends READ responses as fast as it can produce them; on a loaded host the
-// veth queue overflows ("rdma_rxe: Failed sending ACK") and Linux 6.1's rxe
-// then stalls the READ for good (no completion, no error: measured in the
-// VM with every host core busy, 3 of 3 runs of a 16 MiB READ). 256 KiB is
-// 256 packets at rxe's 1024-byte MTU, inside the 1000-packet backlog.
-constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
 
 }  // namespace
 
-ibv_send_wr& Connection::FillRdmaWr(uint32_t batch, const RdmaOp& op,
-                                    uint64_t op_offset, uint64_t length,
-                                    bool is_write) {
-  ibv_sge& sge = rdma_sges_[batch];
-  sge.addr = reinterpret_cast<uint64_t>(op.local->data() + op.local_offset +
-                                        op_offset);
+ibv_send_wr& Connection::FillRdmaWr(RdmaChain& chain, uint32_t batch,
+                                    uint64_t local_addr, uint32_t lkey,
+                                    uint64_t remote_addr, uint32_t rkey,
+                                    uint64_t length, bool is_write) {
+  ibv_sge& sge = chain.sges[batch];
+  sge.addr = local_addr;
   sge.length = static_cast<uint32_t>(length);
-  sge.lkey = op.local->lkey();
-  ibv_send_wr& wr = rdma_wrs_[batch];
+  sge.lkey = lkey;
+  ibv_send_wr& wr = chain.wrs[batch];
   wr = ibv_send_wr{};
   wr.wr_id =
       MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
   wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
   wr.sg_list = &sge;
   wr.num_sge = length > 0 ? 1 : 0;
-  wr.wr.rdma.remote_addr = op.remote.address + op.remote_offset + op_offset;
-  wr.wr.rdma.rkey = op.remote.rkey;
+  wr.wr.rdma.remote_addr = remote_addr;
+  wr.wr.rdma.rkey = rkey;
   if (is_write &&
       ShouldSendInline(static_cast<uint32_t>(length), inline_.usable_inline)) {
     wr.send_flags |= IBV_SEND_INLINE;
@@ -59,27 +52,30 @@ absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
                                       bool is_write) const {
   for (size_t i = 0; i < ops.size(); ++i) {
     const RdmaOp& op = ops[i];
-    const std::string which = absl::StrCat(
-        name_, ": RDMA ", is_write ? "WRITE" : "READ", " #", i, ": ");
+    // Built only for an error: the checks run on every PostWrite()'s ops.
+    auto which = [&] {
+      return absl::StrCat(name_, ": RDMA ", is_write ? "WRITE" : "READ", " #",
+                          i, ": ");
+    };
     if (op.local == nullptr || !op.local->valid()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(which, "no local memory region"));
+          absl::StrCat(which(), "no local memory region"));
     }
     if (absl::Status status = op.local->CheckRange(op.local_offset, op.length);
         !status.ok()) {
       return absl::OutOfRangeError(
-          absl::StrCat(which, "local ", status.message()));
+          absl::StrCat(which(), "local ", status.message()));
     }
     if (!is_write && !op.local->allows(kLocalWrite)) {
       return absl::PermissionDeniedError(absl::StrCat(
-          which,
+          which(),
           "the local region was registered without kLocalWrite, so "
           "the NIC may not write the data read into it"));
     }
     if (op.remote_offset > op.remote.length ||
         op.length > op.remote.length - op.remote_offset) {
       return absl::OutOfRangeError(
-          absl::StrCat(which, "remote range [", op.remote_offset, ", ",
+          absl::StrCat(which(), "remote range [", op.remote_offset, ", ",
                        op.remote_offset + op.length, ") is outside the peer's ",
                        op.remote.length, "-byte region"));
     }
@@ -102,13 +98,18 @@ uint64_t Connection::MaxRdmaPieceLocked() const {
                         : ~uint64_t{0});
 }
 
+uint64_t Connection::RdmaInFlightCapLocked() const {
+  if (options_.rdma_in_flight_bytes > 0) return options_.rdma_in_flight_bytes;
+  return context_.device_attr().vendor_id == kVendorSoftRoce
+             ? kSoftRoceInFlightBytes
+             : ~uint64_t{0};
+}
+
 absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
                                     std::span<const RdmaOp> ops,
                                     bool is_write) {
-  const bool soft_roce = context_.device_attr().vendor_id == kVendorSoftRoce;
   const uint64_t max_piece = MaxRdmaPieceLocked();
-  const uint64_t max_batch_bytes =
-      soft_roce ? kSoftRoceInFlightBytes : ~uint64_t{0};
+  const uint64_t max_batch_bytes = RdmaInFlightCapLocked();
   size_t op_index = 0;
   uint64_t op_offset = 0;  // bytes of ops[op_index] already posted
   while (op_index < ops.size()) {
@@ -121,7 +122,12 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
            batch_bytes < max_batch_bytes) {
       const RdmaOp& op = ops[op_index];
       const uint64_t length = std::min(op.length - op_offset, max_piece);
-      ibv_send_wr& wr = FillRdmaWr(batch, op, op_offset, length, is_write);
+      ibv_send_wr& wr = FillRdmaWr(
+          rdma_chain_, batch,
+          reinterpret_cast<uint64_t>(op.local->data() + op.local_offset) +
+              op_offset,
+          op.local->lkey(), op.remote.address + op.remote_offset + op_offset,
+          op.remote.rkey, length, is_write);
       // Progress inside a large batch: a completion every
       // kProgressSignalBytes, which the watchdog counts as progress.
       unsignaled_bytes += length;
@@ -130,7 +136,7 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
         wr.send_flags |= IBV_SEND_SIGNALED;
         unsignaled_bytes = 0;
       }
-      if (batch > 0) rdma_wrs_[batch - 1].next = &wr;
+      if (batch > 0) rdma_chain_.wrs[batch - 1].next = &wr;
       ++batch;
       op_offset += length;
       if (op_offset >= op.length) {
@@ -139,7 +145,7 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
         ++ops_finished;
       }
     }
-    rdma_wrs_[batch - 1].send_flags |= IBV_SEND_SIGNALED;
+    rdma_chain_.wrs[batch - 1].send_flags |= IBV_SEND_SIGNALED;
 
     if (absl::Status status = WaitUntilLocked(
             lock, kNoDeadline, [&] { return SqHasRoomLocked(batch); },
@@ -148,12 +154,12 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
       return status;
     }
     const uint64_t last_seq = sq_posted_ + batch - 1;
-    if (absl::Status status = PostSendLocked(rdma_wrs_.data(), batch);
+    if (absl::Status status = PostSendLocked(rdma_chain_.wrs.data(), batch);
         !status.ok()) {
       return status;
     }
     for (uint32_t i = 0; i < batch; ++i)
-      stats_.rdma_bytes += rdma_sges_[i].length;
+      stats_.rdma_bytes += rdma_chain_.sges[i].length;
     (is_write ? stats_.rdma_writes : stats_.rdma_reads) += ops_finished;
     if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
         !status.ok()) {

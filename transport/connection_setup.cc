@@ -143,8 +143,11 @@ absl::Status Connection::CreateQueues() {
 
   arrived_.assign(o.recv_slots, {0, 0});
   send_slot_seq_.assign(o.send_slots, 0);
-  rdma_wrs_.assign(o.max_rdma_batch, ibv_send_wr{});
-  rdma_sges_.assign(o.max_rdma_batch, ibv_sge{});
+  for (RdmaChain* chain : {&rdma_chain_, &async_chain_}) {
+    if (chain == &async_chain_ && engine_ == nullptr) continue;
+    chain->wrs.assign(o.max_rdma_batch, ibv_send_wr{});
+    chain->sges.assign(o.max_rdma_batch, ibv_sge{});
+  }
   return absl::OkStatus();
 }
 

@@ -36,6 +36,9 @@
 // `max_connections` slots are taken. Asynchronous operations posted and not
 // yet taken from NextCompletion() are bounded by `max_async_ops` across the
 // engine, and per connection by its send queue (see Connection::PostWrite).
+// On Soft-RoCE a connection holds ops past kSoftRoceInFlightBytes in flight
+// itself and posts them from Progress() as completions are dispatched: keep
+// calling Progress() (or Wait()) while ops are outstanding, as above.
 //
 // Blocking calls on an attached connection (Send, Receive, Write, Read,
 // Check, Close) keep their contracts: while they wait they drive the engine

@@ -49,6 +49,7 @@
 #include "transport/config.h"
 #include "transport/connection.h"
 #include "transport/context.h"
+#include "transport/engine.h"
 #include "transport/handshake.h"
 #include "transport/inline_size.h"
 #include "transport/listener.h"
@@ -197,12 +198,21 @@ class Setup {
     server_context_.reset();
   }
 
-  void ConnectTransport() {
+  // `client_options`: the client's (an engine, say); the server's are the
+  // defaults.
+  void ConnectTransport(const ConnectionOptions& client_options = {}) {
     std::unique_ptr<Listener> listener =
         Must(Listener::Create(*server_context_, "127.0.0.1:0"), "listen");
     Acceptor acceptor(*listener);
-    client_ = Must(Connect(*client_context_, listener->address()), "connect");
+    client_ =
+        Must(Connect(*client_context_, listener->address(), client_options),
+             "connect");
     server_ = acceptor.Take();
+  }
+  // Both connections gone (before an engine the client used).
+  void DropTransport() {
+    client_.reset();
+    server_.reset();
   }
 
   // The raw baseline: one CQ per side for sends and receives (as the
@@ -520,18 +530,32 @@ void BM_BindRegion(benchmark::State& state) {
 }
 BENCHMARK(BM_BindRegion);
 
+// An 8-byte WRITE from the client's 4 KiB region into the server's 1 MiB
+// one, both registered for as long as this lives.
+struct EightByteWrite {
+  explicit EightByteWrite(Setup& setup)
+      : remote_memory(1 << 20),
+        local_memory(4096),
+        remote(Must(
+            setup.server_context().RegisterMemory(remote_memory, kRemoteWrite),
+            "register")),
+        local(Must(
+            setup.client_context().RegisterMemory(local_memory, kLocalOnly),
+            "register")),
+        op{&local, 0, 8, remote.remote(), 4096} {}
+
+  std::vector<std::byte> remote_memory;
+  std::vector<std::byte> local_memory;
+  MemoryRegion remote;
+  MemoryRegion local;
+  RdmaOp op;
+};
+
 void BM_Write8(benchmark::State& state) {
   Setup setup(true);
   setup.ConnectTransport();
-  std::vector<std::byte> remote_memory(1 << 20);
-  std::vector<std::byte> local_memory(4096);
-  MemoryRegion remote =
-      Must(setup.server_context().RegisterMemory(remote_memory, kRemoteWrite),
-           "register");
-  MemoryRegion local =
-      Must(setup.client_context().RegisterMemory(local_memory, kLocalOnly),
-           "register");
-  const RdmaOp op{&local, 0, 8, remote.remote(), 4096};
+  const EightByteWrite write(setup);
+  const RdmaOp& op = write.op;
   for (auto _ : state) {
     if (absl::Status status = setup.client().Write({&op, 1}); !status.ok()) {
       state.SkipWithError(status.ToString().c_str());
@@ -540,6 +564,54 @@ void BM_Write8(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Write8);
+
+// The engine's hot path as rdma_bw --write_mode=window drives it: a window
+// of 64 eight-byte WRITEs kept outstanding, one PostWrite() for each
+// completion taken (Progress() dispatch, NextCompletion()). Per op: time
+// and allocs_per_msg (0 in steady state, the target).
+void BM_EngineWriteWindow(benchmark::State& state) {
+  constexpr int kWindow = 64;
+  Setup setup(true);
+  std::unique_ptr<Engine> engine =
+      Must(Engine::Create(setup.client_context()), "engine");
+  ConnectionOptions options;
+  options.engine = engine.get();
+  setup.ConnectTransport(options);
+  const EightByteWrite write(setup);
+  const RdmaOp& op = write.op;
+  Connection& client = setup.client();
+  for (int i = 0; i < kWindow; ++i) Must(client.PostWrite({&op, 1}), "post");
+  const uint64_t allocations = g_allocations.load();
+  uint64_t ops = 0;
+  for (auto _ : state) {
+    std::optional<Completion> done = engine->NextCompletion();
+    while (!done) {
+      engine->Progress();
+      done = engine->NextCompletion();
+    }
+    if (done->outcome != OpOutcome::kCompleted) {
+      state.SkipWithError(done->status.ToString().c_str());
+      break;
+    }
+    if (absl::StatusOr<OpHandle> posted = client.PostWrite({&op, 1});
+        !posted.ok()) {
+      state.SkipWithError(posted.status().ToString().c_str());
+      break;
+    }
+    ++ops;
+  }
+  state.counters["allocs_per_msg"] =
+      static_cast<double>(g_allocations.load() - allocations) /
+      std::max<uint64_t>(ops, 1);
+  state.SetItemsProcessed(static_cast<int64_t>(ops));
+  while (client.async_ops_in_flight() > 0 || engine->completions_ready() > 0) {
+    engine->Progress();
+    while (engine->NextCompletion()) {
+    }
+  }
+  setup.DropTransport();
+}
+BENCHMARK(BM_EngineWriteWindow);
 
 // One connection, made and torn down: TCP connect, HELLO/ACCEPT/READY, two
 // QPs, CQs and four registered rings brought up, then both sides closed.

@@ -7,8 +7,15 @@
 #     ib_send_lat, ib_write_lat, rdma_pingpong --inline=off, --inline=auto
 #     server on rxe1 (RXE_B), client on rxe0 (RXE_A), -x <GID index>,
 #     PERF_ITERATIONS round trips each, the TCP exchange across the veth
-#   bandwidth at PERF_BW_SIZE (64 KiB), PERF_REPEATS times, interleaved:
+#   bandwidth at each size of PERF_BW_SIZES (default PERF_BW_SIZE, 64 KiB),
+#   PERF_REPEATS times, interleaved:
 #     ib_send_bw vs rdma_bw --op=send, ib_write_bw vs rdma_bw --op=write
+#     (the windowed WRITE, --write_mode=window: PERF_BW_WRITE_WINDOW ops
+#     outstanding, default 128 as ib_write_bw's tx-depth); with
+#     PERF_BW_BLOCKING=1 also rdma_bw --write_mode=blocking after each
+#     and, for each byte count of PERF_BW_IN_FLIGHT, the windowed WRITE with
+#     --rdma_in_flight=N (tool rdma_bw_write_inflight_N in perf_bw.csv)
+#   PERF_LATENCY=0 leaves the latency part out (bandwidth only).
 #
 # perftest silently disables inline on rxe ("Device not recognized to
 # implement inline feature"), so its rows compare with our inline-off rows.
@@ -17,6 +24,8 @@
 #   perf_bw.csv       repeat,bytes,tool,iterations,bw_peak_gbps,bw_average_gbps,
 #                     msg_rate_mpps,measured_at
 #   perf_summary.txt  the side-by-side table (also $PERF_SUMMARY when set)
+#   perf_bw_table.md  the bandwidth table of docs/performance.md: every
+#                     repeat, the medians and the ratios
 #   perf-raw/         every tool's own output
 # Exits 1 if any run failed (a figure is never made up from a failed run),
 # 90 if the topology cannot be built.
@@ -31,12 +40,17 @@ mkdir -p "$raw"
 read -r -a sizes <<<"${PERF_SIZES:-8 64 236 1024 4096}"
 iterations=${PERF_ITERATIONS:-1000}
 repeats=${PERF_REPEATS:-3}
-bw_size=${PERF_BW_SIZE:-65536}
+read -r -a bw_sizes <<<"${PERF_BW_SIZES:-${PERF_BW_SIZE:-65536}}"
 bw_iterations=${PERF_BW_ITERATIONS:-1000}
+bw_write_window=${PERF_BW_WRITE_WINDOW:-128}
+bw_blocking=${PERF_BW_BLOCKING:-0}
+read -r -a bw_in_flight <<<"${PERF_BW_IN_FLIGHT:-}"
+latency=${PERF_LATENCY:-1}
 step_timeout=${PERF_STEP_TIMEOUT:-120}
 lat_csv="$out/perf_latency.csv"
 bw_csv="$out/perf_bw.csv"
 table="$out/perf_summary.txt"
+bw_table="$out/perf_bw_table.md"
 echo "repeat,bytes,tool,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p99_9_us,inline" >"$lat_csv"
 echo "repeat,bytes,tool,iterations,bw_peak_gbps,bw_average_gbps,msg_rate_mpps,measured_at" >"$bw_csv"
 failures=0
@@ -124,8 +138,8 @@ ours_lat() { # repeat, size, inline mode (off|auto)
 # "BW average" is  #bytes #iterations BW-peak BW-average MsgRate. The client
 # reports; where it prints zeros (ib_send_bw's sender does under TCG), the
 # receiving server's line is taken, and the CSV says which.
-perftest_bw() { # repeat, tool
-  local r=$1 tool=$2 name="$2-$bw_size-r$1" side line
+perftest_bw() { # repeat, tool, size
+  local r=$1 tool=$2 bw_size=$3 name="$2-$3-r$1" side line
   run_pair "$name" \
     "$tool" -d "$RXE_B" -x "$GID_B" -s "$bw_size" -n "$bw_iterations" -F --report_gbits -p @PORT@ -- \
     "$tool" -d "$RXE_A" -x "$GID_A" -s "$bw_size" -n "$bw_iterations" -F --report_gbits -p @PORT@ "$IP_B" ||
@@ -143,13 +157,19 @@ perftest_bw() { # repeat, tool
   invalid=$((invalid + 1))
 }
 
-ours_bw() { # repeat, op (send|write)
-  local r=$1 op=$2 name="rdma_bw-$2-$bw_size-r$1"
-  local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="$op")
+ours_bw() { # repeat, op (send|write|write_blocking|write_inflight_N), size
+  local r=$1 op=$2 bw_size=$3 name="rdma_bw-$2-$3-r$1" mode=()
+  case "$op" in
+    write) mode=(--write_mode=window --write_window="$bw_write_window") ;;
+    write_blocking) mode=(--write_mode=blocking) ;;
+    write_inflight_*)
+      mode=(--write_mode=window --write_window="$bw_write_window" --rdma_in_flight="${op#write_inflight_}") ;;
+  esac
+  local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="${op%%_*}")
   run_pair "$name" \
     "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
     "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
-    --iterations="$bw_iterations" --csv="$raw/$name.csv" || return 0
+    --iterations="$bw_iterations" ${mode[@]+"${mode[@]}"} --csv="$raw/$name.csv" || return 0
   awk -F, -v r="$r" -v tool="rdma_bw_$op" '
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { printf "%s,%s,%s,%s,%s,%s,%s,client\n", r, $c["bytes"], tool, $c["iterations"],
@@ -157,9 +177,9 @@ ours_bw() { # repeat, op (send|write)
     "$raw/$name.csv" >>"$bw_csv"
 }
 
-echo "guest_perf: sizes ${sizes[*]}, $iterations iterations, $repeats repeats; bandwidth at $bw_size B x $bw_iterations"
+echo "guest_perf: sizes ${sizes[*]}, $iterations iterations, $repeats repeats; bandwidth at ${bw_sizes[*]} B x $bw_iterations"
 SECONDS=0
-for ((r = 1; r <= repeats; r++)); do
+for ((r = 1; r <= repeats * latency; r++)); do
   for size in "${sizes[@]}"; do
     perftest_lat "$r" "$size" ib_send_lat
     perftest_lat "$r" "$size" ib_write_lat
@@ -169,10 +189,15 @@ for ((r = 1; r <= repeats; r++)); do
   echo "guest_perf: latency repeat $r done after ${SECONDS}s"
 done
 for ((r = 1; r <= repeats; r++)); do
-  perftest_bw "$r" ib_send_bw
-  ours_bw "$r" send
-  perftest_bw "$r" ib_write_bw
-  ours_bw "$r" write
+  for size in "${bw_sizes[@]}"; do
+    perftest_bw "$r" ib_send_bw "$size"
+    ours_bw "$r" send "$size"
+    perftest_bw "$r" ib_write_bw "$size"
+    ours_bw "$r" write "$size"
+    if ((bw_blocking)); then ours_bw "$r" write_blocking "$size"; fi
+    for n in ${bw_in_flight[@]+"${bw_in_flight[@]}"}; do ours_bw "$r" "write_inflight_$n" "$size"; done
+  done
+  echo "guest_perf: bandwidth repeat $r done after ${SECONDS}s"
 done
 echo "guest_perf: bandwidth done after ${SECONDS}s"
 
@@ -196,7 +221,7 @@ summarize() {
       if ($3 == "rdma_pingpong_inline_auto") went[$2] = $11
       size[$2] = 1
     }
-    FILENAME ~ /bw/ && FNR > 1 { b[$3] = b[$3] " " $6; bsize = $2 }
+    FILENAME ~ /bw/ && FNR > 1 && $2 == bsize { b[$3] = b[$3] " " $6 }
     END {
       printf "One-way latency, us, rxe0 -> rxe1 across the veth, qemu TCG, %d interleaved repeats.\n", repeats
       printf "t_min: best of the repeats / median of the repeats [min-max]; t_typ: median over the repeats of t_typical.\n"
@@ -227,9 +252,11 @@ summarize() {
       }
       if (med["ib_send_bw"] > 0 && med["rdma_bw_send"] > 0) printf "  rdma_bw send / ib_send_bw:   %.2fx\n", med["rdma_bw_send"] / med["ib_send_bw"]
       if (med["ib_write_bw"] > 0 && med["rdma_bw_write"] > 0) printf "  rdma_bw write / ib_write_bw: %.2fx\n", med["rdma_bw_write"] / med["ib_write_bw"]
-    }' "$lat_csv" "$bw_csv"
+    }' bsize="${bw_sizes[-1]}" "$lat_csv" bsize="${bw_sizes[-1]}" "$bw_csv"
 }
+
 summarize | tee "$table"
+"$SOFTROCE_DIR/guest_bw_table.sh" "$bw_csv" "$bw_write_window" | tee "$bw_table"
 if [[ -n "${PERF_SUMMARY:-}" ]]; then cp "$table" "$PERF_SUMMARY"; fi
 echo "guest_perf: finished in ${SECONDS}s with $failures failed run(s), $invalid perftest run(s) without figures"
 if ((failures)); then exit 1; fi

@@ -6,10 +6,21 @@
 #
 #   ci/softroce/run_perf.sh [--out-dir DIR] [--repeats N] [--iterations N]
 #                           [--sizes "8 64 236 1024 4096"] [--bw-iterations N]
+#                           [--bw-sizes "4096 65536"] [--write-window N]
+#                           [--bw-blocking] [--in-flight "1048576 ..."]
+#                           [--bw-only] [--update-docs]
 #
 # DIR (default .cache/softroce-perf in the checkout) receives
-# perf_latency.csv, perf_bw.csv and perf_summary.txt; DIR/vm holds every
-# artifact of the VM (each tool's raw output under perf-raw/, console log).
+# perf_latency.csv, perf_bw.csv, perf_summary.txt, perf_bw_table.md (the
+# bandwidth table, with the host's load during the run) and perf_load.txt
+# (/proc/loadavg every 5 s); DIR/vm holds every artifact of the VM (each
+# tool's raw output under perf-raw/, console log). --bw-only skips the
+# latency runs; --bw-blocking adds rdma_bw --write_mode=blocking rows;
+# --in-flight adds windowed WRITE runs with --rdma_in_flight=N (perf_bw.csv);
+# --update-docs puts perf_bw_table.md and the load into docs/performance.md
+# between its rxe-bw-table markers (perf_docs_table.sh), so the table there
+# is this run's, not typed in. With several $SOFTROCE_KERNELS the first
+# kernel's files are copied to DIR, the others stay in DIR/vm/<suite>/.
 # Plot the latency CSV with docs/plots/plot_latency.py. Exit status is
 # run_ci_stage.sh's (0 pass, 1..89 a failed run, 90 VM infrastructure,
 # 91 timeout; see docs/soft-roce.md). $SOFTROCE_TIMEOUT bounds the VM
@@ -21,6 +32,7 @@ repo=$(cd "$here/../.." && pwd)
 
 out_dir="$repo/.cache/softroce-perf"
 envs=()
+update_docs=0
 while (($#)); do
   case "$1" in
     --out-dir) out_dir=${2:?}; shift 2 ;;
@@ -28,19 +40,33 @@ while (($#)); do
     --iterations) envs+=(--env "PERF_ITERATIONS=${2:?}"); shift 2 ;;
     --sizes) envs+=(--env "PERF_SIZES=${2:?}"); shift 2 ;;
     --bw-iterations) envs+=(--env "PERF_BW_ITERATIONS=${2:?}"); shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --bw-sizes) envs+=(--env "PERF_BW_SIZES=${2:?}"); shift 2 ;;
+    --write-window) envs+=(--env "PERF_BW_WRITE_WINDOW=${2:?}"); shift 2 ;;
+    --bw-blocking) envs+=(--env "PERF_BW_BLOCKING=1"); shift ;;
+    --in-flight) envs+=(--env "PERF_BW_IN_FLIGHT=${2:?}"); shift 2 ;;
+    --bw-only) envs+=(--env "PERF_LATENCY=0"); shift ;;
+    --update-docs) update_docs=1; shift ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;
   esac
 done
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
-rm -rf "$out_dir/vm" "$out_dir"/perf_*.csv "$out_dir/perf_summary.txt"
+rm -rf "$out_dir/vm" "$out_dir"/perf_*.csv "$out_dir"/perf_*.txt "$out_dir"/perf_*.md
 
 echo "==== run_perf: build (bazel -c opt)"
 (cd "$repo" && bazel build -c opt //tools:rdma_pingpong //tools:rdma_bw) ||
   { echo "run_perf: FAILED to build the tools"; exit 1; }
 # bazel-bin follows the last build's configuration: ask for -c opt's.
 bin_dir=$(cd "$repo" && bazel info -c opt bazel-bin 2>/dev/null)
+
+# The host is shared: its load while the VM runs goes with the figures.
+(while :; do
+  echo "$(date -u +%H:%M:%S) $(cut -d' ' -f1-4 /proc/loadavg)"
+  sleep 5
+done) >"$out_dir/perf_load.txt" &
+sampler=$!
+trap 'kill "$sampler" 2>/dev/null || true' EXIT
 
 status=0
 SOFTROCE_GUEST=smoke SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500} \
@@ -49,9 +75,16 @@ SOFTROCE_GUEST=smoke SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500} \
   --file "$bin_dir/tools/rdma_bw:/usr/local/bin/rdma_bw" \
   ${envs[@]+"${envs[@]}"} --guest-script "$here/guest_perf.sh" || status=$?
 
-for file in perf_latency.csv perf_bw.csv perf_summary.txt; do
-  if [[ -f "$out_dir/vm/$file" ]]; then cp "$out_dir/vm/$file" "$out_dir/"; fi
+kill "$sampler" 2>/dev/null || true
+# The VM's artifacts are per kernel (vm/<suite>/): the first kernel's
+# figures are the run's; the others stay where they are.
+read -r first _ <<<"${SOFTROCE_KERNELS:-bookworm}"
+for file in perf_latency.csv perf_bw.csv perf_summary.txt perf_bw_table.md; do
+  for src in "$out_dir/vm/$first/$file" "$out_dir/vm/$file"; do
+    if [[ -f "$src" ]]; then cp "$src" "$out_dir/"; break; fi
+  done
 done
+if ((update_docs)); then "$here/perf_docs_table.sh" "$out_dir" || status=1; fi
 echo
 echo "==== run_perf: results in $out_dir"
 if [[ -f "$out_dir/perf_summary.txt" ]]; then cat "$out_dir/perf_summary.txt"; fi

@@ -1,0 +1,73 @@
+// File: sim/internal/srq.cc
+//
+// The shared receive queue's data path (fabric_core.h, SimSrq): posting to
+// it, whether a QP has a receive, taking the next receive for an arriving
+// message (in posting order, whichever QP it arrives on) and the limit
+// event. The control path (create, modify, destroy) is in sim_verbs.cc.
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "sim/internal/fabric_core.h"
+#include "verbs_shim/verbs_error.h"
+
+namespace rdma_transport::sim::internal {
+
+bool FabricCore::HasReceive(const SimQp& qp) {
+  if (qp.srq != nullptr) return qp.srq->has_receive();
+  return qp.rq_consumed < qp.rq_posted;
+}
+
+absl::Status FabricCore::PostSrqRecvLocked(SimSrq& srq, ibv_recv_wr* wr,
+                                           ibv_recv_wr** bad_wr) {
+  absl::Status status;
+  bool posted = false;
+  for (; wr != nullptr; wr = wr->next) {
+    auto refuse = [&](int error, std::string detail) {
+      if (bad_wr != nullptr) *bad_wr = wr;
+      return VerbsError("ibv_post_srq_recv", error, detail);
+    };
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > srq.max_sge) {
+      status = refuse(EINVAL,
+                      absl::StrCat("num_sge ", wr->num_sge,
+                                   " above the SRQ's max_sge ", srq.max_sge));
+      break;
+    }
+    if (wr->num_sge > 0 && wr->sg_list == nullptr) {
+      status = refuse(EINVAL, "null sg_list");
+      break;
+    }
+    if (srq.posted - srq.reclaimed >= srq.max_wr) {
+      status =
+          refuse(ENOMEM, absl::StrCat("shared receive queue full (", srq.max_wr,
+                                      " WRs not yet reclaimed by polling)"));
+      break;
+    }
+    const uint64_t index = srq.posted;
+    RecvWqe& wqe = srq.slot(index);
+    wqe.wr_id = wr->wr_id;
+    wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
+    if (wr->num_sge > 0) {
+      std::copy(wr->sg_list, wr->sg_list + wr->num_sge, srq.slot_sges(index));
+    }
+    ++srq.posted;
+    ++srq.device->counters.recv_wrs_posted;
+    posted = true;
+  }
+  if (posted) {
+    // Copy: waking may not change the list, but stay safe against it.
+    const std::vector<uint32_t> attached = srq.qp_nums;
+    for (uint32_t qp_num : attached) WakeRnrWaitersLocked(qp_num);
+  }
+  return status;
+}
+
+void FabricCore::ConsumedSrqReceiveLocked(SimSrq& srq) {
+  if (srq.limit == 0 || srq.posted - srq.consumed >= srq.limit) return;
+  srq.limit = 0;  // one event per arming, as on hardware
+  RaiseAsyncEventLocked(*srq.context, IBV_EVENT_SRQ_LIMIT_REACHED,
+                        AsyncEventTarget::kSrq, &srq.verbs, srq.id);
+}
+
+}  // namespace rdma_transport::sim::internal

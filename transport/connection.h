@@ -166,7 +166,10 @@ struct ConnectionOptions {
   // The engine (engine.h) whose completion queue this connection shares and
   // which carries its asynchronous operations; it must be on the same
   // Context and outlive the connection. nullptr: a CQ of the connection's
-  // own, as before, and no PostWrite()/PostRead().
+  // own, as before, and no PostWrite()/PostRead(). With an engine that has
+  // a shared receive queue (EngineOptions::srq_slots), recv_slots is the
+  // number of its slots this connection reserves (the credits its peer
+  // holds) and no receive ring is allocated.
   Engine* engine = nullptr;
 };
 
@@ -309,6 +312,9 @@ class Connection final : private AsyncEventListener {
   absl::Status CreateQueues();
   absl::Status CreateBuffers();
   QpEndpoint LocalEndpoint() const;
+  // The slot size the handshake announces: max_message_size, capped by the
+  // engine's srq_slot_bytes when receives come from its shared queue.
+  uint32_t OfferedSlotSize() const;
   // The probe slot the peer's keepalives write into.
   RemoteRegion ProbeTarget() const;
   absl::Status Establish(const QpEndpoint& remote, uint32_t peer_recv_slots,
@@ -380,7 +386,14 @@ class Connection final : private AsyncEventListener {
   // A control work request (credit return, close: zero bytes with an
   // immediate; keepalive: one inline byte); returns its sequence number.
   absl::StatusOr<uint64_t> PostControlLocked(WrKind kind, uint32_t imm);
+  // Gives receive slot `slot` back: to this connection's receive queue, or
+  // to the engine's shared receive queue (srq_pool_).
   absl::Status RepostLocked(uint32_t slot);
+  // The bytes of receive slot `slot`.
+  const std::byte* RecvSlotLocked(uint32_t slot) const;
+  // With a shared receive queue: every slot still held in arrived_ goes
+  // back to the pool (teardown).
+  void ReturnHeldSlotsLocked();
   // rdma_wrs_[batch] and rdma_sges_[batch] for `length` bytes of `op` from
   // `op_offset`: a WRITE (inline when it fits) or READ, neither chained nor
   // signalled (Write()/Read() and PostWrite()/PostRead() do that).
@@ -532,6 +545,9 @@ class Connection final : private AsyncEventListener {
 
   // The engine's slot of this connection (wr_id.h), when it has an engine.
   Engine* const engine_;
+  // The engine's shared receive slots, when it has them: receives come
+  // from there and recv_buffer_/recv_ring_ stay empty.
+  SharedReceivePool* const srq_pool_;
   uint32_t engine_slot_ = 0;
   bool engine_attached_ = false;
   uint64_t engine_dispatched_ = 0;  // completions the engine handed over

@@ -198,6 +198,22 @@ inline constexpr uint64_t kProgressSignalBytes = 1 << 20;
 // destroyed instead.
 inline constexpr std::chrono::milliseconds kFlushWait{1000};
 
+// What one connection keeps besides its QP and CQ, computed from its
+// options as docs/resources.md's formulas do (Connection::Footprint()).
+struct ConnectionFootprint {
+  // Registered memory of its own: the send ring, the receive ring (none on
+  // an engine with a shared receive queue) and the 64-byte probe slot, each
+  // ring rounded up to 4 KiB; and how many memory regions that is.
+  uint64_t registered_bytes = 0;
+  uint32_t registrations = 0;
+  // Its reservation of the engine's shared receive pool:
+  // recv_slots x srq_slot_bytes (0 without one).
+  uint64_t shared_receive_bytes = 0;
+  // Heap (operator new) the Connection object and its arrays keep, not
+  // counting its name and the Context's listener entry (a few dozen bytes).
+  uint64_t heap_bytes = 0;
+};
+
 // One one-sided transfer: `length` bytes between local[local_offset...] and
 // the peer's remote[remote_offset...].
 struct RdmaOp {
@@ -213,6 +229,11 @@ class Connection final : private AsyncEventListener {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
   ~Connection();
+
+  // What a connection made with `options` keeps (see ConnectionFootprint);
+  // `engine`: the options of options.engine, nullptr without one.
+  static ConnectionFootprint Footprint(const ConnectionOptions& options,
+                                       const EngineOptions* engine);
 
   // Sends one whole message (0..max_message_size() bytes). Waits for a credit
   // and a send slot until `deadline` (kDeadlineExceeded: nothing was sent).

@@ -191,6 +191,30 @@ absl::Status Connection::CreateBuffers() {
   return absl::OkStatus();
 }
 
+// Kept in step with CreateQueues() and CreateBuffers() above; the memory
+// test (tests/engine_memory_test.cc) compares it with what they allocate.
+ConnectionFootprint Connection::Footprint(const ConnectionOptions& o,
+                                          const EngineOptions* engine) {
+  const bool shared = engine != nullptr && engine->srq_slots > 0;
+  const uint64_t slot = std::max<uint32_t>(o.max_message_size, 64);
+  const uint64_t sq_depth = o.send_slots + o.max_rdma_batch + 4;
+  ConnectionFootprint footprint;
+  footprint.registered_bytes =
+      RoundUp(slot * o.send_slots, 4096) +
+      (shared ? 0 : RoundUp(slot * o.recv_slots, 4096)) + kProbeSlotSize;
+  footprint.registrations = shared ? 2 : 3;
+  footprint.shared_receive_bytes =
+      shared ? uint64_t{o.recv_slots} * engine->srq_slot_bytes : 0;
+  footprint.heap_bytes =
+      sizeof(Connection) +
+      o.recv_slots * sizeof(std::pair<uint32_t, uint32_t>) +  // arrived_
+      o.send_slots * sizeof(uint64_t) +                       // send_slot_seq_
+      sq_depth * sizeof(uint64_t) +                           // sq_bytes_
+      o.max_rdma_batch * (sizeof(ibv_send_wr) + sizeof(ibv_sge)) +
+      (engine != nullptr ? sq_depth * sizeof(AsyncOp) : 0);  // async_ops_
+  return footprint;
+}
+
 absl::Status Connection::CreateResources() {
   if (absl::Status status = CreateQueues(); !status.ok()) return status;
   return CreateBuffers();

@@ -579,6 +579,8 @@ class FabricCore {
   void WakeRnrWaitersLocked(uint32_t responder_qp_num);
   // Whether a message arriving at `qp` finds a receive (its RQ or its SRQ).
   static bool HasReceive(const SimQp& qp);
+  // Requesters waiting on an RNR from any QP of `srq` try again.
+  void WakeRnrWaitersOfSrqLocked(const SimSrq& srq);
   // After a receive was taken from `srq`: raises the limit event if armed
   // and fewer than the limit are left posted.
   void ConsumedSrqReceiveLocked(SimSrq& srq);

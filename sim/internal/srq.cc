@@ -55,12 +55,26 @@ absl::Status FabricCore::PostSrqRecvLocked(SimSrq& srq, ibv_recv_wr* wr,
     ++srq.device->counters.recv_wrs_posted;
     posted = true;
   }
-  if (posted) {
-    // Copy: waking may not change the list, but stay safe against it.
-    const std::vector<uint32_t> attached = srq.qp_nums;
-    for (uint32_t qp_num : attached) WakeRnrWaitersLocked(qp_num);
-  }
+  if (posted) WakeRnrWaitersOfSrqLocked(srq);
   return status;
+}
+
+void FabricCore::WakeRnrWaitersOfSrqLocked(const SimSrq& srq) {
+  // Nothing to look at in the common case: no requester waits. Otherwise
+  // the waiters NAKed by a QP of this SRQ, in the order they started.
+  if (rnr_waiters_.empty()) return;
+  std::vector<uint32_t> responders;
+  for (uint32_t qp_num : rnr_waiters_) {
+    const SimQp* requester = FindQpByNum(qp_num);
+    if (requester == nullptr) continue;
+    const SimQp* responder = FindQpByNum(requester->rnr_responder_qp_num);
+    if (responder != nullptr && responder->srq == &srq &&
+        std::find(responders.begin(), responders.end(), responder->qp_num) ==
+            responders.end()) {
+      responders.push_back(responder->qp_num);
+    }
+  }
+  for (uint32_t qp_num : responders) WakeRnrWaitersLocked(qp_num);
 }
 
 void FabricCore::ConsumedSrqReceiveLocked(SimSrq& srq) {

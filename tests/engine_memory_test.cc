@@ -17,6 +17,7 @@
 #include "tests/benchmark_setup.h"
 #include "tests/connection_pair.h"
 #include "tests/counting_allocator.h"
+#include "tests/engine_pair_fixture.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
 
@@ -40,53 +41,24 @@ struct Measured {
   uint64_t engine_registered_bytes = 0;
 };
 
-class EngineMemoryTest : public ::testing::TestWithParam<bool> {
+class EngineMemoryTest
+    : public EnginePairFixture<::testing::TestWithParam<bool>> {
  protected:
-  void SetUp() override {
-    fabric_ = std::make_unique<sim::Fabric>();
-    verbs_ = std::make_unique<sim::SimVerbs>(fabric_.get());
-    absl::StatusOr<SimContexts> opened = OpenTwoSimContexts(*fabric_, *verbs_);
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    contexts_ = std::move(opened->contexts);
-  }
-  void TearDown() override {
-    clients_.clear();
-    servers_.clear();
-    for (auto& engine : engines_) engine.reset();
-    contexts_.clear();
-    EXPECT_EQ(LeakReportText(*fabric_), "");
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(OpenContexts()); }
 
   void Measure(bool shared_receive_queue, Measured& out) {
     const EngineOptions engine_options =
         ManyConnectionEngine(kPairs, shared_receive_queue);
     const sim::SimCounters before_engines = fabric_->Counters();
-    for (int side = 0; side < 2; ++side) {
-      absl::StatusOr<std::unique_ptr<Engine>> engine =
-          Engine::Create(*contexts_[side], engine_options);
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      engines_[side] = *std::move(engine);
-    }
+    ASSERT_NO_FATAL_FAILURE(OpenEngines(engine_options));
     out.engine_registered_bytes = (fabric_->Counters().bytes_registered -
                                    before_engines.bytes_registered) /
                                   2;
 
-    ConnectionOptions client = ManyConnectionShape();
-    client.engine = engines_[0].get();
-    ConnectionOptions server = ManyConnectionShape();
-    server.engine = engines_[1].get();
-    ListenerOptions listener;
-    listener.allow_unauthenticated = true;
     const sim::SimCounters before = fabric_->Counters();
     const HeapCounts heap_before = CountHeap();
-    for (int i = 0; i < kPairs; ++i) {
-      DialResult dial =
-          DialWith(*contexts_[0], *contexts_[1], client, server, listener);
-      ASSERT_TRUE(dial.client.ok()) << dial.client.status();
-      ASSERT_TRUE(dial.server.ok()) << dial.server.status();
-      clients_.push_back(*std::move(dial.client));
-      servers_.push_back(*std::move(dial.server));
-    }  // each dial's listener is gone again
+    // Each dial's listener is gone again when ConnectPairs() returns.
+    ASSERT_NO_FATAL_FAILURE(ConnectPairs(kPairs, ManyConnectionShape()));
     const int64_t connection_heap =
         CountHeap().live_bytes - heap_before.live_bytes;
     const sim::SimCounters after = fabric_->Counters();
@@ -133,13 +105,6 @@ class EngineMemoryTest : public ::testing::TestWithParam<bool> {
     out.heap_bytes = (connection_heap - raw_heap) / kConnections;
     out.formula = Connection::Footprint(ManyConnectionShape(), &engine_options);
   }
-
-  std::unique_ptr<sim::Fabric> fabric_;
-  std::unique_ptr<sim::SimVerbs> verbs_;
-  std::vector<std::unique_ptr<Context>> contexts_;
-  std::unique_ptr<Engine> engines_[2];
-  std::vector<std::unique_ptr<Connection>> clients_;
-  std::vector<std::unique_ptr<Connection>> servers_;
 };
 
 TEST_P(EngineMemoryTest, TheFormulasMatchWhatConnectionsRegisterAndAllocate) {

@@ -16,6 +16,7 @@
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
 #include "tests/e2e_fixture.h"
+#include "tests/engine_pair_fixture.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
 #include "verbs_shim/verbs_error.h"
@@ -39,35 +40,15 @@ class NoSrqVerbs : public VerbsWrapper {
   }
 };
 
-class EngineSrqTest : public ::testing::Test {
+class EngineSrqTest : public EnginePairFixture<> {
  protected:
-  // Two cx7 NICs; an engine with `srq_slots` shared slots on each side.
+  // Two NICs of `profile`; an engine with `srq_slots` shared slots on each.
   void Open(uint32_t srq_slots, std::string_view profile = "cx7") {
-    fabric_ = std::make_unique<sim::Fabric>();
-    verbs_ = std::make_unique<sim::SimVerbs>(fabric_.get());
-    absl::StatusOr<SimContexts> opened =
-        OpenTwoSimContexts(*fabric_, *verbs_, profile);
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    contexts_ = std::move(opened->contexts);
+    ASSERT_NO_FATAL_FAILURE(OpenContexts(profile));
     EngineOptions options;
     options.srq_slots = srq_slots;
     options.srq_slot_bytes = kSlotBytes;
-    for (int side = 0; side < 2; ++side) {
-      absl::StatusOr<std::unique_ptr<Engine>> engine =
-          Engine::Create(*contexts_[side], options);
-      ASSERT_TRUE(engine.ok()) << engine.status();
-      engines_[side] = *std::move(engine);
-    }
-  }
-
-  void TearDown() override {
-    clients_.clear();
-    servers_.clear();
-    for (auto& engine : engines_) engine.reset();
-    contexts_.clear();
-    if (fabric_ != nullptr) {
-      EXPECT_EQ(LeakReportText(*fabric_), "");
-    }
+    ASSERT_NO_FATAL_FAILURE(OpenEngines(options));
   }
 
   static ConnectionOptions Shape() {
@@ -78,26 +59,8 @@ class EngineSrqTest : public ::testing::Test {
     options.max_rdma_batch = 4;
     return options;
   }
-
-  // One pair, both sides on their engine; the dial's outcome.
-  DialResult Dial() {
-    ConnectionOptions client = Shape();
-    client.engine = engines_[0].get();
-    ConnectionOptions server = Shape();
-    server.engine = engines_[1].get();
-    ListenerOptions listener;
-    listener.allow_unauthenticated = true;
-    return DialWith(*contexts_[0], *contexts_[1], client, server, listener);
-  }
-  void ConnectPairs(int n) {
-    for (int i = 0; i < n; ++i) {
-      DialResult dial = Dial();
-      ASSERT_TRUE(dial.client.ok()) << dial.client.status();
-      ASSERT_TRUE(dial.server.ok()) << dial.server.status();
-      clients_.push_back(*std::move(dial.client));
-      servers_.push_back(*std::move(dial.server));
-    }
-  }
+  DialResult Dial() { return DialEngines(Shape()); }
+  void ConnectPairs(int n) { EnginePairFixture::ConnectPairs(n, Shape()); }
 
   // Message `seq` of stream i from client i, received and checked by server
   // i, echoed, and the echo checked by client i.
@@ -119,13 +82,6 @@ class EngineSrqTest : public ::testing::Test {
   Deadline In(Clock::duration timeout) {
     return fabric_->env().DeadlineIn(timeout);
   }
-
-  std::unique_ptr<sim::Fabric> fabric_;
-  std::unique_ptr<sim::SimVerbs> verbs_;
-  std::vector<std::unique_ptr<Context>> contexts_;
-  std::unique_ptr<Engine> engines_[2];
-  std::vector<std::unique_ptr<Connection>> clients_;
-  std::vector<std::unique_ptr<Connection>> servers_;
 };
 
 TEST_F(EngineSrqTest, ManyConnectionsReceiveIntoOneSharedPoolByteExact) {

@@ -23,11 +23,38 @@
 //     }
 //   }
 //
+// Shared receive queue. With EngineOptions::srq_slots > 0 the engine owns
+// one SRQ and one registered pool of srq_slots x srq_slot_bytes
+// (shared_receive_pool.h); attached connections keep no receive ring and
+// post no receives of their own. Each reserves its recv_slots of the pool at
+// attach - the credits its peer is given in the handshake - and Connect()/
+// Accept() fail with kResourceExhausted when the pool has not that many
+// unreserved slots. A slot taken by a message goes back to the SRQ once
+// Receive() has copied the message out (or with its connection), before the
+// credit for it returns to the peer: no RNR, and a connection whose
+// application stops receiving holds at most its own recv_slots of the pool,
+// never the others'. A device without SRQs fails Create() with
+// kUnimplemented (errno text kept).
+//
+//   EngineOptions options;
+//   options.srq_slots = 1024 * 16;       // >= the sum of recv_slots attached
+//   options.srq_slot_bytes = 256;        // the largest message received
+//   auto engine = Engine::Create(context, options);
+//   ConnectionOptions shape;
+//   shape.recv_slots = 16;               // this connection's share
+//   shape.max_message_size = 256;
+//   shape.engine = engine->get();
+//   auto connection = Connect(context, address, shape);
+//   (*connection)->Send(bytes);          // blocking calls as always
+//
 // Dispatch. Every work request of an attached connection carries the
 // connection's slot in the engine in its wr_id (wr_id.h); a completion goes
 // to slots[slot] after a check that its qp_num is that connection's (a
-// completion left over from a connection that has gone is dropped). No
-// allocation, no lookup that allocates: the table is sized at Create().
+// completion left over from a connection that has gone is dropped). A
+// receive of the shared queue names its pool slot instead, and goes to the
+// connection whose QP it arrived on (a binary search of the attached QP
+// numbers); a stale one has its slot reposted. No allocation, no lookup
+// that allocates: the tables are sized at Create().
 //
 // Capacity. The CQ holds `cq_entries` completions; a connection attaching
 // reserves its send queue plus its receive queue of them (about
@@ -72,7 +99,10 @@
 //
 // Ownership. Create() takes a Context that must outlive the engine; every
 // attached connection must be destroyed before the engine (its destructor
-// aborts otherwise: the connections' QPs use its CQ).
+// aborts otherwise: the connections' QPs use its CQ and SRQ). A connection
+// on the shared queue being destroyed moves its QP to ERR and has the engine
+// poll the CQ empty first (its own completions then count as stale), so no
+// shared slot is lost with the completions ibv_destroy_qp cleans away.
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_ENGINE_H_
 #define RDMA_TRANSPORT_TRANSPORT_ENGINE_H_

@@ -225,6 +225,32 @@ absl::Status FabricCore::PostSendLocked(SimQp& qp, ibv_send_wr* wr,
   return status;
 }
 
+std::optional<RecvRefusal> CheckRecvWr(const ibv_recv_wr& wr, uint32_t max_sge,
+                                       std::string_view max_sge_name,
+                                       uint64_t in_use, uint32_t depth,
+                                       std::string_view queue) {
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > max_sge) {
+    return RecvRefusal{EINVAL,
+                       absl::StrCat("num_sge ", wr.num_sge, " above ",
+                                    std::string(max_sge_name), " ", max_sge)};
+  }
+  if (wr.num_sge > 0 && wr.sg_list == nullptr) {
+    return RecvRefusal{EINVAL, "null sg_list"};
+  }
+  if (in_use >= depth) {
+    return RecvRefusal{ENOMEM,
+                       absl::StrCat(std::string(queue), " full (", depth,
+                                    " WRs not yet reclaimed by polling)")};
+  }
+  return std::nullopt;
+}
+
+void StoreRecvWr(const ibv_recv_wr& wr, RecvWqe& wqe, ibv_sge* sges) {
+  wqe.wr_id = wr.wr_id;
+  wqe.num_sge = static_cast<uint32_t>(wr.num_sge);
+  if (wr.num_sge > 0) std::copy(wr.sg_list, wr.sg_list + wr.num_sge, sges);
+}
+
 absl::Status FabricCore::PostRecvLocked(SimQp& qp, ibv_recv_wr* wr,
                                         ibv_recv_wr** bad_wr) {
   absl::Status status;
@@ -244,30 +270,14 @@ absl::Status FabricCore::PostRecvLocked(SimQp& qp, ibv_recv_wr* wr,
                                            "post them there"));
       break;
     }
-    if (wr->num_sge < 0 ||
-        static_cast<uint32_t>(wr->num_sge) > qp.max_recv_sge()) {
-      status = refuse(
-          EINVAL, absl::StrCat("num_sge ", wr->num_sge, " above max_recv_sge ",
-                               qp.max_recv_sge()));
-      break;
-    }
-    if (wr->num_sge > 0 && wr->sg_list == nullptr) {
-      status = refuse(EINVAL, "null sg_list");
-      break;
-    }
-    if (qp.rq_posted - qp.rq_reclaimed >= qp.recv_depth()) {
-      status =
-          refuse(ENOMEM, absl::StrCat("receive queue full (", qp.recv_depth(),
-                                      " WRs not yet reclaimed by polling)"));
+    if (std::optional<RecvRefusal> refusal = CheckRecvWr(
+            *wr, qp.max_recv_sge(), "max_recv_sge",
+            qp.rq_posted - qp.rq_reclaimed, qp.recv_depth(), "receive queue")) {
+      status = refuse(refusal->error, std::move(refusal->detail));
       break;
     }
     const uint64_t index = qp.rq_posted;
-    RecvWqe& wqe = qp.recv_slot(index);
-    wqe.wr_id = wr->wr_id;
-    wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-    if (wr->num_sge > 0) {
-      std::copy(wr->sg_list, wr->sg_list + wr->num_sge, qp.recv_sges(index));
-    }
+    StoreRecvWr(*wr, qp.recv_slot(index), qp.recv_sges(index));
     ++qp.rq_posted;
     ++qp.device->counters.recv_wrs_posted;
     posted = true;

@@ -282,6 +282,20 @@ struct RecvWqe {
   uint32_t num_sge = 0;
 };
 
+// Posting a receive work request to a queue of `depth` slots with `in_use`
+// taken, `max_sge` entries each (a QP's receive queue or an SRQ, named
+// `queue` and `max_sge_name` in the refusal): CheckRecvWr() gives the
+// refusal's errno and detail, if any, and StoreRecvWr() fills the slot.
+struct RecvRefusal {
+  int error = 0;
+  std::string detail;
+};
+std::optional<RecvRefusal> CheckRecvWr(const ibv_recv_wr& wr, uint32_t max_sge,
+                                       std::string_view max_sge_name,
+                                       uint64_t in_use, uint32_t depth,
+                                       std::string_view queue);
+void StoreRecvWr(const ibv_recv_wr& wr, RecvWqe& wqe, ibv_sge* sges);
+
 // A shared receive queue: one FIFO of receives that every QP attached to it
 // consumes, in the order posted, whichever QP a message arrives on. A slot
 // is free again once the completion of the receive in it has been polled

@@ -28,29 +28,14 @@ absl::Status FabricCore::PostSrqRecvLocked(SimSrq& srq, ibv_recv_wr* wr,
       if (bad_wr != nullptr) *bad_wr = wr;
       return VerbsError("ibv_post_srq_recv", error, detail);
     };
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > srq.max_sge) {
-      status = refuse(EINVAL,
-                      absl::StrCat("num_sge ", wr->num_sge,
-                                   " above the SRQ's max_sge ", srq.max_sge));
-      break;
-    }
-    if (wr->num_sge > 0 && wr->sg_list == nullptr) {
-      status = refuse(EINVAL, "null sg_list");
-      break;
-    }
-    if (srq.posted - srq.reclaimed >= srq.max_wr) {
-      status =
-          refuse(ENOMEM, absl::StrCat("shared receive queue full (", srq.max_wr,
-                                      " WRs not yet reclaimed by polling)"));
+    if (std::optional<RecvRefusal> refusal = CheckRecvWr(
+            *wr, srq.max_sge, "the SRQ's max_sge", srq.posted - srq.reclaimed,
+            srq.max_wr, "shared receive queue")) {
+      status = refuse(refusal->error, std::move(refusal->detail));
       break;
     }
     const uint64_t index = srq.posted;
-    RecvWqe& wqe = srq.slot(index);
-    wqe.wr_id = wr->wr_id;
-    wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-    if (wr->num_sge > 0) {
-      std::copy(wr->sg_list, wr->sg_list + wr->num_sge, srq.slot_sges(index));
-    }
+    StoreRecvWr(*wr, srq.slot(index), srq.slot_sges(index));
     ++srq.posted;
     ++srq.device->counters.recv_wrs_posted;
     posted = true;

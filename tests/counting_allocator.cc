@@ -59,6 +59,16 @@ HeapCounts CountHeap() {
           g_live_bytes.load(std::memory_order_relaxed)};
 }
 
+bool HeapCountingActive() {
+  const uint64_t before = CountHeap().allocations;
+  // A call of the function itself, which (unlike a new-expression) the
+  // compiler may not elide.
+  void* probe = ::operator new(16);
+  const bool counted = CountHeap().allocations != before;
+  ::operator delete(probe);
+  return counted;
+}
+
 }  // namespace rdma_transport
 
 void* operator new(std::size_t size) { return AllocateOrThrow(size, 0); }

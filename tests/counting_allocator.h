@@ -27,6 +27,10 @@ struct HeapCounts {
 };
 
 HeapCounts CountHeap();
+// Whether this binary's operator new is the counting one: false when a
+// sanitizer runtime's took precedence (link the test statically:
+// linkstatic = True, so the executable's definition wins).
+bool HeapCountingActive();
 
 }  // namespace rdma_transport
 

@@ -44,7 +44,11 @@ struct Measured {
 class EngineMemoryTest
     : public EnginePairFixture<::testing::TestWithParam<bool>> {
  protected:
-  void SetUp() override { ASSERT_NO_FATAL_FAILURE(OpenContexts()); }
+  void SetUp() override {
+    ASSERT_TRUE(HeapCountingActive())
+        << "operator new is not the counting one (tests/counting_allocator.h)";
+    ASSERT_NO_FATAL_FAILURE(OpenContexts());
+  }
 
   void Measure(bool shared_receive_queue, Measured& out) {
     const EngineOptions engine_options =

@@ -11,7 +11,9 @@
 //   absl::Status closed = connection->Close(DeadlineIn(1s));
 //
 // Messaging. Each side keeps `recv_slots` receives posted into a registered
-// receive ring of `max_message_size`-byte slots, and a send ring as large.
+// receive ring of `max_message_size`-byte slots, and a send ring as large
+// (on an engine with a shared receive queue, it reserves `recv_slots` slots
+// of the engine's pool instead and has no receive ring: engine.h).
 // A message travels as one SEND_WITH_IMM: from the caller's buffer with
 // IBV_SEND_INLINE when it fits the QP's usable inline size (inline_size.h),
 // else copied into a send slot first. Credits (credits.h) guarantee a posted

@@ -193,6 +193,10 @@ DeviceProfile ConnectX6() {
   profile.device_cap_flags |=
       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   profile.max_mw = 16777216;
+  // ibv_devinfo -v of a ConnectX-6.
+  profile.max_srq = 8388608;
+  profile.max_srq_wr = 32767;
+  profile.max_srq_sge = 31;
   profile.link_layer = IBV_LINK_LAYER_ETHERNET;
   profile.max_mtu = IBV_MTU_4096;
   profile.active_mtu = IBV_MTU_4096;
@@ -361,6 +365,12 @@ DeviceProfile SoftRoce() {
   profile.device_cap_flags |=
       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   profile.max_mw = 0x40000;
+  // rxe has SRQs (rxe_srq.c); the limits are plausible, not verified against
+  // rxe_param.h. irdma (E810/X722, before GEN3) and eRDMA have none:
+  // max_srq 0 there.
+  profile.max_srq = 0x40000;
+  profile.max_srq_wr = 16384;
+  profile.max_srq_sge = 27;
   profile.link_layer = IBV_LINK_LAYER_ETHERNET;
   profile.max_mtu = IBV_MTU_4096;
   profile.active_mtu = IBV_MTU_1024;

@@ -98,6 +98,11 @@ struct DeviceProfile {
   // with windows also says so in device_cap_flags (IBV_DEVICE_MEM_WINDOW,
   // IBV_DEVICE_MEM_WINDOW_TYPE_2B), which is what the transport checks.
   int max_mw = 0;
+  // Shared receive queues: max_srq 0 where the provider has none
+  // (CreateSrq then fails with EOPNOTSUPP).
+  int max_srq = 0;
+  int max_srq_wr = 0;
+  int max_srq_sge = 0;
   int max_pd = 0;
   int max_qp_rd_atom = 0;
   int max_qp_init_rd_atom = 0;

@@ -17,13 +17,19 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(
   std::unique_ptr<Endpoint> endpoint(new Endpoint(verbs, std::string(device)));
   endpoint->buffer_.assign(options.buffer_bytes, 0);
 
-  absl::StatusOr<ibv_context*> context = verbs->OpenDevice(device);
-  if (!context.ok()) return context.status();
-  endpoint->context_ = *context;
+  if (options.share_pd_of != nullptr) {
+    endpoint->context_ = options.share_pd_of->context_;
+    endpoint->pd_ = options.share_pd_of->pd_;
+    endpoint->owns_pd_ = false;
+  } else {
+    absl::StatusOr<ibv_context*> context = verbs->OpenDevice(device);
+    if (!context.ok()) return context.status();
+    endpoint->context_ = *context;
 
-  absl::StatusOr<ibv_pd*> pd = verbs->AllocPd(endpoint->context_);
-  if (!pd.ok()) return pd.status();
-  endpoint->pd_ = *pd;
+    absl::StatusOr<ibv_pd*> pd = verbs->AllocPd(endpoint->context_);
+    if (!pd.ok()) return pd.status();
+    endpoint->pd_ = *pd;
+  }
 
   if (options.with_completion_channel) {
     absl::StatusOr<ibv_comp_channel*> channel =
@@ -52,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(
   init_attr.cap = options.cap;
   init_attr.qp_type = IBV_QPT_RC;
   init_attr.sq_sig_all = options.sq_sig_all;
+  init_attr.srq = options.srq;
   absl::StatusOr<ibv_qp*> qp = verbs->CreateQp(endpoint->pd_, &init_attr);
   if (!qp.ok()) return qp.status();
   endpoint->qp_ = *qp;
@@ -79,6 +86,10 @@ absl::Status Endpoint::Close() {
   if (channel_ != nullptr) {
     Accumulate(first, verbs_->DestroyCompChannel(channel_));
     channel_ = nullptr;
+  }
+  if (!owns_pd_) {
+    pd_ = nullptr;
+    context_ = nullptr;
   }
   if (pd_ != nullptr) {
     Accumulate(first, verbs_->DeallocPd(pd_));

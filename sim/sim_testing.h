@@ -51,6 +51,12 @@ struct EndpointOptions {
       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   // Give both CQs one completion channel.
   bool with_completion_channel = false;
+  // Use this endpoint's context and PD (not owned; it must outlive this
+  // one) instead of opening the device: several QPs on one PD.
+  const class Endpoint* share_pd_of = nullptr;
+  // Take the QP's receives from this SRQ (on the same context); PostRecv
+  // then fails as on hardware.
+  ibv_srq* srq = nullptr;
 };
 
 struct ConnectOptions {
@@ -140,6 +146,7 @@ class Endpoint {
   ibv_cq* recv_cq_ = nullptr;
   ibv_qp* qp_ = nullptr;
   ibv_mr* mr_ = nullptr;
+  bool owns_pd_ = true;  // false with EndpointOptions::share_pd_of
 };
 
 }  // namespace rdma_transport::sim

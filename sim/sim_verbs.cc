@@ -49,6 +49,7 @@ using internal::SimMr;
 using internal::SimMw;
 using internal::SimPd;
 using internal::SimQp;
+using internal::SimSrq;
 
 absl::Status UnknownHandle(std::string_view call, std::string_view kind) {
   return VerbsError(
@@ -278,6 +279,9 @@ absl::Status SimVerbs::QueryDevice(ibv_context* context,
   attr->max_cqe = profile.max_cqe;
   attr->max_mr = profile.max_mr;
   attr->max_mw = profile.max_mw;
+  attr->max_srq = profile.max_srq;
+  attr->max_srq_wr = profile.max_srq_wr;
+  attr->max_srq_sge = profile.max_srq_sge;
   attr->max_pd = profile.max_pd;
   attr->max_qp_rd_atom = profile.max_qp_rd_atom;
   attr->max_res_rd_atom = profile.max_qp_rd_atom * profile.max_qp;
@@ -383,11 +387,14 @@ absl::Status SimVerbs::DeallocPd(ibv_pd* pd) {
   std::lock_guard<internal::CoreMutex> lock(core.mu);
   SimPd* sim = core.FindPd(pd);
   if (sim == nullptr) return UnknownHandle("ibv_dealloc_pd", "PD");
-  if (sim->live_mrs + sim->live_qps + sim->live_mws + sim->live_ahs > 0) {
-    return VerbsError("ibv_dealloc_pd", EBUSY,
-                      absl::StrCat(sim->live_mrs, " MRs, ", sim->live_mws,
-                                   " MWs, ", sim->live_qps, " QPs and ",
-                                   sim->live_ahs, " AHs still use it"));
+  if (sim->live_mrs + sim->live_qps + sim->live_mws + sim->live_ahs +
+          sim->live_srqs >
+      0) {
+    return VerbsError(
+        "ibv_dealloc_pd", EBUSY,
+        absl::StrCat(sim->live_mrs, " MRs, ", sim->live_mws, " MWs, ",
+                     sim->live_qps, " QPs, ", sim->live_srqs, " SRQs and ",
+                     sim->live_ahs, " AHs still use it"));
   }
   --sim->context->live_pds;
   --sim->context->device->live_pds;
@@ -709,6 +716,112 @@ void SimVerbs::AckCqEvents(ibv_cq* cq, unsigned int count) {
   sim->verbs.comp_events_completed += count;
 }
 
+// --- Shared receive queues ---
+
+absl::StatusOr<ibv_srq*> SimVerbs::CreateSrq(ibv_pd* pd,
+                                             ibv_srq_init_attr* init_attr) {
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimPd* sim_pd = core.FindPd(pd);
+  if (sim_pd == nullptr) return UnknownHandle("ibv_create_srq", "PD");
+  if (init_attr == nullptr) return VerbsError("ibv_create_srq", EINVAL);
+  Device& device = *sim_pd->context->device;
+  const DeviceProfile& profile = device.profile;
+  if (profile.max_srq <= 0) {
+    return VerbsError(
+        "ibv_create_srq", EOPNOTSUPP,
+        absl::StrCat(profile.model, " has no shared receive queues"));
+  }
+  if (device.dead) {
+    return VerbsError("ibv_create_srq", EIO,
+                      absl::StrCat(device.name, " is dead (injected)"));
+  }
+  const ibv_srq_attr& asked = init_attr->attr;
+  if (asked.max_wr == 0 ||
+      asked.max_wr > static_cast<uint32_t>(profile.max_srq_wr) ||
+      asked.max_sge == 0 ||
+      asked.max_sge > static_cast<uint32_t>(profile.max_srq_sge)) {
+    return VerbsError(
+        "ibv_create_srq", EINVAL,
+        absl::StrCat("max_wr ", asked.max_wr, " / max_sge ", asked.max_sge,
+                     " not in 1..", profile.max_srq_wr, " / 1..",
+                     profile.max_srq_sge));
+  }
+  if (asked.srq_limit > asked.max_wr) {
+    return VerbsError("ibv_create_srq", EINVAL,
+                      absl::StrCat("srq_limit ", asked.srq_limit,
+                                   " above max_wr ", asked.max_wr));
+  }
+  if (device.live_srqs >= static_cast<uint32_t>(profile.max_srq)) {
+    return VerbsError("ibv_create_srq", ENOMEM,
+                      absl::StrCat("max_srq ", profile.max_srq, " reached"));
+  }
+  auto srq = std::make_unique<SimSrq>();
+  srq->id = core.next_object_id++;
+  srq->pd = sim_pd;
+  srq->context = sim_pd->context;
+  srq->device = &device;
+  srq->max_wr = asked.max_wr;
+  srq->max_sge = asked.max_sge;
+  srq->wqes.resize(asked.max_wr);
+  srq->sges.resize(size_t{asked.max_wr} * asked.max_sge);
+  srq->limit = asked.srq_limit;
+  srq->verbs.context = pd->context;
+  srq->verbs.srq_context = init_attr->srq_context;
+  srq->verbs.pd = pd;
+  srq->verbs.handle = srq->id;
+  ++sim_pd->live_srqs;
+  ++device.live_srqs;
+  ibv_srq* handle = &srq->verbs;
+  core.srqs.emplace(handle, std::move(srq));
+  return handle;
+}
+
+absl::Status SimVerbs::ModifySrq(ibv_srq* srq, ibv_srq_attr* attr,
+                                 int attr_mask) {
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimSrq* sim = core.FindSrq(srq);
+  if (sim == nullptr) return UnknownHandle("ibv_modify_srq", "SRQ");
+  if (attr == nullptr) return VerbsError("ibv_modify_srq", EINVAL);
+  if (attr_mask & IBV_SRQ_MAX_WR) {
+    // As mlx5, which has no IBV_DEVICE_SRQ_RESIZE.
+    return VerbsError("ibv_modify_srq", EINVAL,
+                      "resizing a shared receive queue is not supported");
+  }
+  if (attr_mask & IBV_SRQ_LIMIT) {
+    if (attr->srq_limit > sim->max_wr) {
+      return VerbsError("ibv_modify_srq", EINVAL,
+                        absl::StrCat("srq_limit ", attr->srq_limit,
+                                     " above max_wr ", sim->max_wr));
+    }
+    sim->limit = attr->srq_limit;
+    // Already below it: the event comes at the next receive taken.
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SimVerbs::DestroySrq(ibv_srq* srq) {
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimSrq* sim = core.FindSrq(srq);
+  if (sim == nullptr) return UnknownHandle("ibv_destroy_srq", "SRQ");
+  if (!sim->qp_nums.empty()) {
+    return VerbsError("ibv_destroy_srq", EBUSY,
+                      absl::StrCat(sim->qp_nums.size(),
+                                   " QP(s) still take receives from it"));
+  }
+  if (sim->async_events_delivered != sim->async_events_acked) {
+    return VerbsError("ibv_destroy_srq", EBUSY,
+                      "async events taken by GetAsyncEvent are not yet "
+                      "acknowledged");
+  }
+  --sim->pd->live_srqs;
+  --sim->device->live_srqs;
+  core.srqs.erase(srq);
+  return absl::OkStatus();
+}
+
 // --- Queue pairs ---
 
 absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
@@ -724,9 +837,14 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
     return VerbsError("ibv_create_qp", EOPNOTSUPP,
                       "the simulator implements RC QPs only");
   }
+  SimSrq* srq = nullptr;
   if (init_attr->srq != nullptr) {
-    return VerbsError("ibv_create_qp", EOPNOTSUPP,
-                      "the simulator implements no SRQ");
+    srq = core.FindSrq(init_attr->srq);
+    if (srq == nullptr) return UnknownHandle("ibv_create_qp", "SRQ");
+    if (srq->context != context) {
+      return VerbsError("ibv_create_qp", EINVAL,
+                        "the SRQ and the PD belong to different contexts");
+    }
   }
   SimCq* send_cq = core.FindCq(init_attr->send_cq);
   SimCq* recv_cq = core.FindCq(init_attr->recv_cq);
@@ -749,8 +867,11 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
           })) {
     return InjectedError("ibv_create_qp", *error);
   }
-  absl::StatusOr<ibv_qp_cap> granted =
-      GrantQpCaps(device.profile, init_attr->cap);
+  // A QP on an SRQ has no receive queue of its own: the provider ignores
+  // max_recv_wr/max_recv_sge and reports 0.
+  ibv_qp_cap requested = init_attr->cap;
+  if (srq != nullptr) requested.max_recv_wr = requested.max_recv_sge = 0;
+  absl::StatusOr<ibv_qp_cap> granted = GrantQpCaps(device.profile, requested);
   if (!granted.ok()) return granted.status();
   if (device.live_qps >= static_cast<uint32_t>(device.profile.max_qp)) {
     return VerbsError(
@@ -766,6 +887,7 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
   qp->device = &device;
   qp->send_cq = send_cq;
   qp->recv_cq = recv_cq;
+  qp->srq = srq;
   qp->init_attr = *init_attr;
   const ibv_qp_cap& cap = *granted;
   // Everything the data path needs, allocated once.
@@ -790,6 +912,8 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
   ++device.counters.qps_created;
   core.RegisterQpLocked(*qp);
   verbs.qp_num = qp->qp_num;
+  verbs.srq = init_attr->srq;
+  if (srq != nullptr) srq->qp_nums.push_back(qp->qp_num);
   ibv_qp* handle = &qp->verbs;
   core.qps.emplace(handle, std::move(qp));
   return handle;
@@ -947,6 +1071,21 @@ absl::Status SimVerbs::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
   return status;
 }
 
+absl::Status SimVerbs::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                                   ibv_recv_wr** bad_wr) {
+  const NotifyWaitersOnReturn notify(fabric_);
+  FabricCore& core = fabric_->core();
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  SimSrq* sim = core.FindSrq(srq);
+  if (sim == nullptr) [[unlikely]] {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return UnknownHandle("ibv_post_srq_recv", "SRQ");
+  }
+  absl::Status status = core.PostSrqRecvLocked(*sim, wr, bad_wr);
+  core.ProgressLocked();
+  return status;
+}
+
 absl::StatusOr<int> SimVerbs::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   FabricCore& core = fabric_->core();
   std::lock_guard<internal::CoreMutex> lock(core.mu);
@@ -1064,6 +1203,10 @@ absl::Status SimVerbs::GetAsyncEvent(ibv_context* context,
       auto it = core.cqs_by_id.find(pending.target_id);
       if (it == core.cqs_by_id.end()) continue;
       ++it->second->async_events_delivered;
+    } else if (pending.target == AsyncEventTarget::kSrq) {
+      SimSrq* srq = core.FindSrqById(pending.target_id);
+      if (srq == nullptr) continue;
+      ++srq->async_events_delivered;
     }
     *event = pending.event;
     return absl::OkStatus();
@@ -1083,6 +1226,12 @@ void SimVerbs::AckAsyncEvent(ibv_async_event* event) {
     if (SimCq* cq = core.FindCq(event->element.cq); cq != nullptr) {
       ++cq->async_events_acked;
       ++cq->verbs.async_events_completed;
+    }
+  } else if (event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED ||
+             event->event_type == IBV_EVENT_SRQ_ERR) {
+    if (SimSrq* srq = core.FindSrq(event->element.srq); srq != nullptr) {
+      ++srq->async_events_acked;
+      ++srq->verbs.events_completed;
     }
   }
 }

@@ -19,14 +19,18 @@
 // SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM and RDMA_READ; type 2
 // memory windows (AllocMw, IBV_WR_BIND_MW, IBV_WR_LOCAL_INV) on profiles
 // with max_mw > 0 (atomics and type 1 windows fail: EINVAL at post,
-// EOPNOTSUPP at AllocMw). See docs/simulator.md for the
+// EOPNOTSUPP at AllocMw); shared receive queues on profiles with max_srq > 0
+// (receives taken in posting order by whichever attached QP a message
+// reaches, an empty SRQ RNR-NAKs like an empty RQ, the limit event,
+// EBUSY destroying one with QPs attached; EOPNOTSUPP elsewhere). See
+// docs/simulator.md for the
 // full model and where it departs from a given provider.
 //
 // Does not own the fabric, which must outlive it. Thread-safe as verbs is:
 // every method may be called from any thread (see Fabric). GetCqEvent and
 // GetAsyncEvent block in read(2) on the eventfd unless the caller set
 // O_NONBLOCK on it, as libibverbs does. PostSend, PostRecv and PollCq
-// allocate nothing in steady state.
+// (and PostSrqRecv) allocate nothing in steady state.
 
 #ifndef RDMA_TRANSPORT_SIM_SIM_VERBS_H_
 #define RDMA_TRANSPORT_SIM_SIM_VERBS_H_
@@ -85,6 +89,13 @@ class SimVerbs final : public Verbs {
   absl::Status PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                         ibv_recv_wr** bad_wr) override;
   absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  absl::StatusOr<ibv_srq*> CreateSrq(ibv_pd* pd,
+                                     ibv_srq_init_attr* init_attr) override;
+  absl::Status ModifySrq(ibv_srq* srq, ibv_srq_attr* attr,
+                         int attr_mask) override;
+  absl::Status DestroySrq(ibv_srq* srq) override;
+  absl::Status PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                           ibv_recv_wr** bad_wr) override;
   absl::StatusOr<ibv_ah*> CreateAh(ibv_pd* pd, ibv_ah_attr* attr) override;
   absl::Status DestroyAh(ibv_ah* ah) override;
   absl::StatusOr<TrafficClassFile> ReadTrafficClassFile(ibv_context* context,

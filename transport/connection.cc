@@ -37,7 +37,8 @@ Connection::Connection(const Context& context, const ConnectionOptions& options,
       name_(std::move(name)),
       owed_credits_(options.credit_batch != 0 ? options.credit_batch
                                               : options.recv_slots / 2),
-      engine_(options.engine) {
+      engine_(options.engine),
+      srq_pool_(options.engine != nullptr ? options.engine->pool() : nullptr) {
   std::random_device random;
   psn_ = random() & 0xffffff;
 }

@@ -11,7 +11,9 @@
 //   absl::Status closed = connection->Close(DeadlineIn(1s));
 //
 // Messaging. Each side keeps `recv_slots` receives posted into a registered
-// receive ring of `max_message_size`-byte slots, and a send ring as large.
+// receive ring of `max_message_size`-byte slots, and a send ring as large
+// (on an engine with a shared receive queue, it reserves `recv_slots` slots
+// of the engine's pool instead and has no receive ring: engine.h).
 // A message travels as one SEND_WITH_IMM: from the caller's buffer with
 // IBV_SEND_INLINE when it fits the QP's usable inline size (inline_size.h),
 // else copied into a send slot first. Credits (credits.h) guarantee a posted
@@ -171,7 +173,10 @@ struct ConnectionOptions {
   // The engine (engine.h) whose completion queue this connection shares and
   // which carries its asynchronous operations; it must be on the same
   // Context and outlive the connection. nullptr: a CQ of the connection's
-  // own, as before, and no PostWrite()/PostRead().
+  // own, as before, and no PostWrite()/PostRead(). With an engine that has
+  // a shared receive queue (EngineOptions::srq_slots), recv_slots is the
+  // number of its slots this connection reserves (the credits its peer
+  // holds) and no receive ring is allocated.
   Engine* engine = nullptr;
 };
 
@@ -208,6 +213,22 @@ inline constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
 // destroyed instead.
 inline constexpr std::chrono::milliseconds kFlushWait{1000};
 
+// What one connection keeps besides its QP and CQ, computed from its
+// options as docs/resources.md's formulas do (Connection::Footprint()).
+struct ConnectionFootprint {
+  // Registered memory of its own: the send ring, the receive ring (none on
+  // an engine with a shared receive queue) and the 64-byte probe slot, each
+  // ring rounded up to 4 KiB; and how many memory regions that is.
+  uint64_t registered_bytes = 0;
+  uint32_t registrations = 0;
+  // Its reservation of the engine's shared receive pool:
+  // recv_slots x srq_slot_bytes (0 without one).
+  uint64_t shared_receive_bytes = 0;
+  // Heap (operator new) the Connection object and its arrays keep, not
+  // counting its name and the Context's listener entry (a few dozen bytes).
+  uint64_t heap_bytes = 0;
+};
+
 // One one-sided transfer: `length` bytes between local[local_offset...] and
 // the peer's remote[remote_offset...].
 struct RdmaOp {
@@ -223,6 +244,11 @@ class Connection final : private AsyncEventListener {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
   ~Connection();
+
+  // What a connection made with `options` keeps (see ConnectionFootprint);
+  // `engine`: the options of options.engine, nullptr without one.
+  static ConnectionFootprint Footprint(const ConnectionOptions& options,
+                                       const EngineOptions* engine);
 
   // Sends one whole message (0..max_message_size() bytes). Waits for a credit
   // and a send slot until `deadline` (kDeadlineExceeded: nothing was sent).
@@ -346,6 +372,9 @@ class Connection final : private AsyncEventListener {
   absl::Status CreateQueues();
   absl::Status CreateBuffers();
   QpEndpoint LocalEndpoint() const;
+  // The slot size the handshake announces: max_message_size, capped by the
+  // engine's srq_slot_bytes when receives come from its shared queue.
+  uint32_t OfferedSlotSize() const;
   // The probe slot the peer's keepalives write into.
   RemoteRegion ProbeTarget() const;
   absl::Status Establish(const QpEndpoint& remote, uint32_t peer_recv_slots,
@@ -423,7 +452,14 @@ class Connection final : private AsyncEventListener {
   // A control work request (credit return, close: zero bytes with an
   // immediate; keepalive: one inline byte); returns its sequence number.
   absl::StatusOr<uint64_t> PostControlLocked(WrKind kind, uint32_t imm);
+  // Gives receive slot `slot` back: to this connection's receive queue, or
+  // to the engine's shared receive queue (srq_pool_).
   absl::Status RepostLocked(uint32_t slot);
+  // The bytes of receive slot `slot`.
+  const std::byte* RecvSlotLocked(uint32_t slot) const;
+  // With a shared receive queue: every slot still held in arrived_ goes
+  // back to the pool (teardown).
+  void ReturnHeldSlotsLocked();
   // Work requests and gather entries of one chain of WRITEs/READs,
   // max_rdma_batch of each, allocated once.
   struct RdmaChain {
@@ -592,6 +628,9 @@ class Connection final : private AsyncEventListener {
 
   // The engine's slot of this connection (wr_id.h), when it has an engine.
   Engine* const engine_;
+  // The engine's shared receive slots, when it has them: receives come
+  // from there and recv_buffer_/recv_ring_ stay empty.
+  SharedReceivePool* const srq_pool_;
   uint32_t engine_slot_ = 0;
   bool engine_attached_ = false;
   uint64_t engine_dispatched_ = 0;  // completions the engine handed over

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
+#include "transport/qp_bringup.h"
 
 namespace rdma_transport {
 
@@ -76,6 +77,14 @@ absl::Status Connection::Close(Deadline deadline) {
   return result;
 }
 
+void Connection::ReturnHeldSlotsLocked() {
+  if (srq_pool_ == nullptr) return;
+  for (; arrived_count_ > 0; --arrived_count_) {
+    (void)srq_pool_->Repost(arrived_[arrived_head_].first);
+    arrived_head_ = (arrived_head_ + 1) % arrived_.size();
+  }
+}
+
 void Connection::TearDownLocked() {
   auto report = [this](const absl::Status& status) {
     if (!status.ok()) {
@@ -94,9 +103,17 @@ void Connection::TearDownLocked() {
   }
   windows_.clear();
   if (inline_.qp != nullptr) {
+    if (srq_pool_ != nullptr && engine_attached_) {
+      // Destroying the QP would clean its receive completions out of the
+      // CQ and with them the shared slots they hold: stop it consuming
+      // (ERR) and let the engine take and repost what is queued first.
+      report(ModifyQpToError(verbs_, inline_.qp));
+      engine_->DrainForDetach(engine_slot_);
+    }
     report(verbs_.DestroyQp(inline_.qp));
     inline_.qp = nullptr;
   }
+  ReturnHeldSlotsLocked();
   // Whatever is still in flight ends now: the QP that carried it is gone.
   if (async_count_ > 0) {
     EndAllAsyncOpsLocked(!failure_.ok()

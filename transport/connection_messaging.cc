@@ -18,7 +18,20 @@
 
 namespace rdma_transport {
 
+const std::byte* Connection::RecvSlotLocked(uint32_t slot) const {
+  if (srq_pool_ != nullptr) return srq_pool_->slot(slot);
+  return recv_ring_.data() + size_t{slot} * slot_size_;
+}
+
 absl::Status Connection::RepostLocked(uint32_t slot) {
+  if (srq_pool_ != nullptr) {
+    absl::Status status = srq_pool_->Repost(slot);
+    if (!status.ok()) [[unlikely]] {
+      status = WithContext(status, name_);
+      FailLocked(status);
+    }
+    return status;
+  }
   ibv_sge sge;
   sge.addr = reinterpret_cast<uint64_t>(recv_ring_.data()) +
              uint64_t{slot} * slot_size_;
@@ -137,11 +150,12 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
       }
       arrived_head_ = (arrived_head_ + 1) % arrived_.size();
       --arrived_count_;
-      if (length > 0) {
-        std::memcpy(buffer.data(),
-                    recv_ring_.data() + size_t{slot} * slot_size_, length);
-      }
-      if (failure_.ok() && !peer_closed_ && RepostLocked(slot).ok()) {
+      if (length > 0) std::memcpy(buffer.data(), RecvSlotLocked(slot), length);
+      // A shared slot goes back to the engine's pool whatever became of
+      // this connection; a slot of its own only while the peer may use it.
+      const bool peer_may_send = failure_.ok() && !peer_closed_;
+      if ((peer_may_send || srq_pool_ != nullptr) && RepostLocked(slot).ok() &&
+          peer_may_send) {
         owed_credits_.Add(1);
         MaybeReturnCreditsLocked();
       }

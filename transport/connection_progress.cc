@@ -37,7 +37,10 @@ inline void CpuRelax() {
 void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   const uint8_t kind = WrIdKind(wc.wr_id);
   const uint64_t value = WrIdValue(wc.wr_id);
-  const bool send_side = kind != static_cast<uint8_t>(WrKind::kRecv);
+  // A receive of the engine's shared queue carries the pool slot instead.
+  const bool srq_recv = kind == static_cast<uint8_t>(WrKind::kSrqRecv);
+  const bool send_side =
+      kind != static_cast<uint8_t>(WrKind::kRecv) && !srq_recv;
   uint64_t seq = 0;
   if (send_side) {
     seq = SequenceFromWrIdValue(value, sq_posted_);
@@ -47,6 +50,8 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     }
   }
   if (wc.status != IBV_WC_SUCCESS) [[unlikely]] {
+    // A shared slot given back in error (flushed) is the pool's again.
+    if (srq_recv) (void)RepostLocked(static_cast<uint32_t>(value));
     // After a local close or an earlier failure, flushed work requests are
     // the expected end of everything still queued.
     if (wc.status == IBV_WC_WR_FLUSH_ERR && (closing_ || !failure_.ok())) {
@@ -67,14 +72,15 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     return;
   }
 
+  const uint32_t slot = static_cast<uint32_t>(value);
   if (!(wc.wc_flags & IBV_WC_WITH_IMM)) {
+    if (srq_recv) (void)RepostLocked(slot);
     FailLocked(absl::InternalError(absl::StrCat(
         name_, ": protocol error: a message arrived without immediate data")));
     return;
   }
   const uint32_t imm = ntohl(wc.imm_data);
   send_credits_.Return(ImmCredits(imm));
-  const uint32_t slot = static_cast<uint32_t>(value);
   switch (ImmKindOf(imm)) {
     case ImmKind::kData: {
       const size_t tail = (arrived_head_ + arrived_count_) % arrived_.size();
@@ -88,8 +94,11 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
       break;
     case ImmKind::kClose:
       peer_closed_ = true;
+      // Its own slot is not needed again; a shared one is the pool's.
+      if (srq_recv) (void)RepostLocked(slot);
       break;
     default:
+      if (srq_recv) (void)RepostLocked(slot);
       FailLocked(absl::InternalError(absl::StrCat(
           name_, ": protocol error: unknown message kind in immediate 0x",
           absl::Hex(imm))));

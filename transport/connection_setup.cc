@@ -59,7 +59,8 @@ absl::Status Connection::CreateQueues() {
   const int device_max_wr = context_.device_attr().max_qp_wr;
   if (device_max_wr > 0 &&
       (sq_depth_ > static_cast<uint32_t>(device_max_wr) ||
-       o.recv_slots > static_cast<uint32_t>(device_max_wr))) {
+       (srq_pool_ == nullptr &&
+        o.recv_slots > static_cast<uint32_t>(device_max_wr)))) {
     return absl::InvalidArgumentError(
         absl::StrCat("send queue of ", sq_depth_, " or receive queue of ",
                      o.recv_slots, " work requests exceeds ",
@@ -127,12 +128,13 @@ absl::Status Connection::CreateQueues() {
   caps.max_recv_wr = o.recv_slots;
   caps.max_send_sge = 1;
   caps.max_recv_sge = 1;
+  if (srq_pool_ != nullptr) caps.srq = srq_pool_->srq();
   absl::StatusOr<NegotiatedQp> qp = context_.CreateRcQp(caps, cq_, cq_);
   if (!qp.ok()) return qp.status();
   inline_ = *std::move(qp);
   if (engine_ != nullptr) {
     absl::StatusOr<uint32_t> slot =
-        engine_->Attach(this, inline_.qp->qp_num, cq_entries);
+        engine_->Attach(this, inline_.qp->qp_num, cq_entries, o.recv_slots);
     if (!slot.ok()) return slot.status();
     engine_slot_ = *slot;
     engine_attached_ = true;
@@ -155,12 +157,17 @@ absl::Status Connection::CreateBuffers() {
   const ConnectionOptions& o = options_;
   slot_size_ = std::max<uint32_t>(o.max_message_size, 64);
   const size_t send_bytes = RoundUp(size_t{slot_size_} * o.send_slots, 4096);
-  const size_t recv_bytes = RoundUp(size_t{slot_size_} * o.recv_slots, 4096);
+  // With a shared receive queue the engine's pool holds the receives.
+  const size_t recv_bytes =
+      srq_pool_ != nullptr ? 0
+                           : RoundUp(size_t{slot_size_} * o.recv_slots, 4096);
   send_buffer_.reset(
       static_cast<std::byte*>(std::aligned_alloc(4096, send_bytes)));
-  recv_buffer_.reset(
-      static_cast<std::byte*>(std::aligned_alloc(4096, recv_bytes)));
-  if (!send_buffer_ || !recv_buffer_) {
+  if (recv_bytes > 0) {
+    recv_buffer_.reset(
+        static_cast<std::byte*>(std::aligned_alloc(4096, recv_bytes)));
+  }
+  if (!send_buffer_ || (recv_bytes > 0 && !recv_buffer_)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "allocating ", send_bytes + recv_bytes, " bytes of message rings"));
   }
@@ -168,10 +175,12 @@ absl::Status Connection::CreateBuffers() {
       {send_buffer_.get(), send_bytes}, MemoryAccess::kLocalOnly);
   if (!send_ring.ok()) return send_ring.status();
   send_ring_ = *std::move(send_ring);
-  absl::StatusOr<MemoryRegion> recv_ring = context_.RegisterMemory(
-      {recv_buffer_.get(), recv_bytes}, MemoryAccess::kLocalWrite);
-  if (!recv_ring.ok()) return recv_ring.status();
-  recv_ring_ = *std::move(recv_ring);
+  if (recv_bytes > 0) {
+    absl::StatusOr<MemoryRegion> recv_ring = context_.RegisterMemory(
+        {recv_buffer_.get(), recv_bytes}, MemoryAccess::kLocalWrite);
+    if (!recv_ring.ok()) return recv_ring.status();
+    recv_ring_ = *std::move(recv_ring);
+  }
   // The peer's probes land here; nothing ever reads it.
   probe_buffer_.reset(
       static_cast<std::byte*>(std::aligned_alloc(64, kProbeSlotSize)));
@@ -185,9 +194,40 @@ absl::Status Connection::CreateBuffers() {
   return absl::OkStatus();
 }
 
+// Kept in step with CreateQueues() and CreateBuffers() above; the memory
+// test (tests/engine_memory_test.cc) compares it with what they allocate.
+ConnectionFootprint Connection::Footprint(const ConnectionOptions& o,
+                                          const EngineOptions* engine) {
+  const bool shared = engine != nullptr && engine->srq_slots > 0;
+  const uint64_t slot = std::max<uint32_t>(o.max_message_size, 64);
+  const uint64_t sq_depth = o.send_slots + o.max_rdma_batch + 4;
+  ConnectionFootprint footprint;
+  footprint.registered_bytes =
+      RoundUp(slot * o.send_slots, 4096) +
+      (shared ? 0 : RoundUp(slot * o.recv_slots, 4096)) + kProbeSlotSize;
+  footprint.registrations = shared ? 2 : 3;
+  footprint.shared_receive_bytes =
+      shared ? uint64_t{o.recv_slots} * engine->srq_slot_bytes : 0;
+  footprint.heap_bytes =
+      sizeof(Connection) +
+      o.recv_slots * sizeof(std::pair<uint32_t, uint32_t>) +  // arrived_
+      o.send_slots * sizeof(uint64_t) +                       // send_slot_seq_
+      sq_depth * sizeof(uint64_t) +                           // sq_bytes_
+      // rdma_chain_, and async_chain_ with an engine
+      (engine != nullptr ? 2 : 1) * o.max_rdma_batch *
+          (sizeof(ibv_send_wr) + sizeof(ibv_sge)) +
+      (engine != nullptr ? sq_depth * sizeof(AsyncOp) : 0);  // async_ops_
+  return footprint;
+}
+
 absl::Status Connection::CreateResources() {
   if (absl::Status status = CreateQueues(); !status.ok()) return status;
   return CreateBuffers();
+}
+
+uint32_t Connection::OfferedSlotSize() const {
+  if (srq_pool_ == nullptr) return options_.max_message_size;
+  return std::min(options_.max_message_size, srq_pool_->slot_bytes());
 }
 
 QpEndpoint Connection::LocalEndpoint() const {
@@ -229,7 +269,9 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
   }
   path_ = path;
   std::unique_lock<std::mutex> lock(mu_);
-  for (uint32_t slot = 0; slot < options_.recv_slots; ++slot) {
+  // With a shared receive queue the engine posted every slot already.
+  for (uint32_t slot = 0; srq_pool_ == nullptr && slot < options_.recv_slots;
+       ++slot) {
     if (absl::Status status = RepostLocked(slot); !status.ok()) {
       return WithContext(status, name_);
     }

@@ -66,6 +66,9 @@ class ConnectionSetup {
   static QpEndpoint LocalEndpoint(const Connection& connection) {
     return connection.LocalEndpoint();
   }
+  static uint32_t OfferedSlotSize(const Connection& connection) {
+    return connection.OfferedSlotSize();
+  }
   static RemoteRegion ProbeTarget(const Connection& connection) {
     return connection.ProbeTarget();
   }

@@ -265,6 +265,8 @@ absl::StatusOr<NegotiatedQp> Context::CreateRcQp(const RcQpCaps& caps,
   attr.cap.max_recv_wr = caps.max_recv_wr;
   attr.cap.max_send_sge = caps.max_send_sge;
   attr.cap.max_recv_sge = caps.max_recv_sge;
+  attr.srq = caps.srq;
+  if (caps.srq != nullptr) attr.cap.max_recv_wr = attr.cap.max_recv_sge = 0;
   InlineDevice device{device_name_, device_attr_.vendor_id,
                       device_attr_.vendor_part_id, &inline_cache_};
   return CreateQpNegotiatingInline(verbs_, pd_, attr, device,

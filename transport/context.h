@@ -80,6 +80,9 @@ struct RcQpCaps {
   uint32_t max_recv_wr = 128;
   uint32_t max_send_sge = 1;
   uint32_t max_recv_sge = 1;
+  // Receives come from this shared receive queue (max_recv_wr/sge are then
+  // ignored); nullptr: a receive queue of the QP's own.
+  ibv_srq* srq = nullptr;
   // Every send work request generates a completion when true; otherwise only
   // those posted with IBV_SEND_SIGNALED.
   bool signal_all = false;

@@ -21,6 +21,9 @@
 // half the ring keep.
 //
 // The credits returned travel in the immediate data (immediate_data.h).
+// On an engine's shared receive queue the same holds per connection: its
+// recv_slots are slots of the engine's pool reserved for it
+// (shared_receive_pool.h), reposted before their credit goes back.
 //
 // These classes hold counters only; the Connection serialises access to them.
 

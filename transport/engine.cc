@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
+#include "transport/wr_id.h"
 #include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
@@ -103,6 +104,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
       return VerbsError("epoll_ctl(EPOLL_CTL_ADD)", errno);
     }
   }
+  if (options.srq_slots > 0) {
+    absl::StatusOr<std::unique_ptr<SharedReceivePool>> pool =
+        SharedReceivePool::Create(context, options.srq_slots,
+                                  options.srq_slot_bytes);
+    if (!pool.ok()) return pool.status();
+    engine->pool_ = *std::move(pool);
+  }
+  engine->qp_slots_.reserve(options.max_connections);
   engine->slots_.assign(options.max_connections, Slot{});
   engine->free_slots_.reserve(options.max_connections);
   for (uint32_t i = options.max_connections; i > 0; --i) {
@@ -120,6 +129,7 @@ Engine::~Engine() {
                  attached_);
     std::abort();
   }
+  pool_.reset();  // the SRQ, after every QP attached to it
   if (cq_ != nullptr) {
     if (absl::Status status = verbs_.DestroyCq(cq_); !status.ok()) {
       std::fprintf(stderr, "rdma_transport: engine: %s\n",
@@ -130,8 +140,16 @@ Engine::~Engine() {
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
+uint32_t Engine::SlotOfQp(uint32_t qp_num) const {
+  auto it = std::lower_bound(qp_slots_.begin(), qp_slots_.end(), qp_num,
+                             [](const std::pair<uint32_t, uint32_t>& entry,
+                                uint32_t key) { return entry.first < key; });
+  return it != qp_slots_.end() && it->first == qp_num ? it->second : kNoSlot;
+}
+
 absl::StatusOr<uint32_t> Engine::Attach(Connection* connection, uint32_t qp_num,
-                                        uint32_t cq_entries) {
+                                        uint32_t cq_entries,
+                                        uint32_t srq_credits) {
   if (free_slots_.empty()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the engine holds its maximum of ",
@@ -143,12 +161,32 @@ absl::StatusOr<uint32_t> Engine::Attach(Connection* connection, uint32_t qp_num,
         " of ", cq_entries_, " entries left, the connection needs ", cq_entries,
         " (EngineOptions::cq_entries)"));
   }
+  if (pool_ != nullptr) {
+    if (absl::Status status = pool_->Reserve(srq_credits); !status.ok()) {
+      return status;
+    }
+  } else {
+    srq_credits = 0;
+  }
   const uint32_t slot = free_slots_.back();
   free_slots_.pop_back();
-  slots_[slot] = {connection, qp_num, cq_entries, -1};
+  slots_[slot] = {connection, qp_num, cq_entries, srq_credits, -1};
   cq_reserved_ += cq_entries;
   ++attached_;
+  const std::pair<uint32_t, uint32_t> entry{qp_num, slot};
+  qp_slots_.insert(std::lower_bound(qp_slots_.begin(), qp_slots_.end(), entry),
+                   entry);
   return slot;
+}
+
+void Engine::DrainForDetach(uint32_t slot) {
+  Slot& s = slots_[slot];
+  if (s.connection == nullptr || pool_ == nullptr) return;
+  Connection* const connection = s.connection;
+  s.connection = nullptr;  // its completions are stale from here on
+  while (Progress() > 0) {
+  }
+  s.connection = connection;
 }
 
 void Engine::Detach(uint32_t slot) {
@@ -156,6 +194,10 @@ void Engine::Detach(uint32_t slot) {
   if (s.connection == nullptr) return;
   WatchSetupStream(slot, -1);
   cq_reserved_ -= s.cq_entries;
+  if (pool_ != nullptr) pool_->Unreserve(s.srq_credits);
+  const std::pair<uint32_t, uint32_t> entry{s.qp_num, slot};
+  auto it = std::lower_bound(qp_slots_.begin(), qp_slots_.end(), entry);
+  if (it != qp_slots_.end() && *it == entry) qp_slots_.erase(it);
   s = Slot{};
   free_slots_.push_back(slot);
   --attached_;
@@ -235,12 +277,22 @@ int Engine::Progress() {
   }
   idle_turns_ = 0;
   stats_.completions += n;
+  // A shared receive completion names its pool slot, not the connection:
+  // that one is found by qp_num.
+  uint32_t slot_of[kMaxPollBatch];
+  for (int k = 0; k < n; ++k) {
+    if (WrIdKind(wcs[k].wr_id) == static_cast<uint8_t>(WrKind::kSrqRecv)) {
+      slot_of[k] = SlotOfQp(wcs[k].qp_num);
+      if (pool_ != nullptr) pool_->NoteConsumed();
+    } else {
+      slot_of[k] = WrIdEngineSlot(wcs[k].wr_id);
+    }
+  }
   int i = 0;
   while (i < n) {
-    const uint32_t slot = WrIdEngineSlot(wcs[i].wr_id);
+    const uint32_t slot = slot_of[i];
     int j = i + 1;
-    while (j < n && WrIdEngineSlot(wcs[j].wr_id) == slot &&
-           wcs[j].qp_num == wcs[i].qp_num) {
+    while (j < n && slot_of[j] == slot && wcs[j].qp_num == wcs[i].qp_num) {
       ++j;
     }
     Connection* connection =
@@ -251,6 +303,7 @@ int Engine::Progress() {
       connection->EngineDispatch({wcs + i, static_cast<size_t>(j - i)});
     } else {
       stats_.stale_completions += j - i;
+      ReclaimStale({wcs + i, static_cast<size_t>(j - i)});
     }
     i = j;
   }
@@ -262,6 +315,20 @@ void Engine::ServiceTurn() {
   uint32_t readable[kMaxEvents];
   const size_t count = ReadEvents(readable);
   (void)Service({readable, count});
+}
+
+void Engine::ReclaimStale(std::span<const ibv_wc> wcs) {
+  if (pool_ == nullptr) return;
+  // A shared slot consumed by a connection that has gone goes back to the
+  // pool: nobody else will.
+  for (const ibv_wc& wc : wcs) {
+    if (WrIdKind(wc.wr_id) != static_cast<uint8_t>(WrKind::kSrqRecv)) continue;
+    if (absl::Status status =
+            pool_->Repost(static_cast<uint32_t>(WrIdValue(wc.wr_id)));
+        !status.ok()) {
+      std::fprintf(stderr, "rdma_transport: %s\n", status.ToString().c_str());
+    }
+  }
 }
 
 void Engine::DrainChannel() {
@@ -343,6 +410,11 @@ EngineStats Engine::stats() const {
   stats.connections = attached_;
   stats.cq_entries = cq_entries_;
   stats.cq_entries_reserved = cq_reserved_;
+  if (pool_ != nullptr) {
+    stats.srq_slots = pool_->slots();
+    stats.srq_slots_reserved = pool_->reserved();
+    stats.srq_slots_held = pool_->held();
+  }
   return stats;
 }
 

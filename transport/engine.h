@@ -23,11 +23,38 @@
 //     }
 //   }
 //
+// Shared receive queue. With EngineOptions::srq_slots > 0 the engine owns
+// one SRQ and one registered pool of srq_slots x srq_slot_bytes
+// (shared_receive_pool.h); attached connections keep no receive ring and
+// post no receives of their own. Each reserves its recv_slots of the pool at
+// attach - the credits its peer is given in the handshake - and Connect()/
+// Accept() fail with kResourceExhausted when the pool has not that many
+// unreserved slots. A slot taken by a message goes back to the SRQ once
+// Receive() has copied the message out (or with its connection), before the
+// credit for it returns to the peer: no RNR, and a connection whose
+// application stops receiving holds at most its own recv_slots of the pool,
+// never the others'. A device without SRQs fails Create() with
+// kUnimplemented (errno text kept).
+//
+//   EngineOptions options;
+//   options.srq_slots = 1024 * 16;       // >= the sum of recv_slots attached
+//   options.srq_slot_bytes = 256;        // the largest message received
+//   auto engine = Engine::Create(context, options);
+//   ConnectionOptions shape;
+//   shape.recv_slots = 16;               // this connection's share
+//   shape.max_message_size = 256;
+//   shape.engine = engine->get();
+//   auto connection = Connect(context, address, shape);
+//   (*connection)->Send(bytes);          // blocking calls as always
+//
 // Dispatch. Every work request of an attached connection carries the
 // connection's slot in the engine in its wr_id (wr_id.h); a completion goes
 // to slots[slot] after a check that its qp_num is that connection's (a
-// completion left over from a connection that has gone is dropped). No
-// allocation, no lookup that allocates: the table is sized at Create().
+// completion left over from a connection that has gone is dropped). A
+// receive of the shared queue names its pool slot instead, and goes to the
+// connection whose QP it arrived on (a binary search of the attached QP
+// numbers); a stale one has its slot reposted. No allocation, no lookup
+// that allocates: the tables are sized at Create().
 //
 // Capacity. The CQ holds `cq_entries` completions; a connection attaching
 // reserves its send queue plus its receive queue of them (about
@@ -102,7 +129,10 @@
 //
 // Ownership. Create() takes a Context that must outlive the engine; every
 // attached connection must be destroyed before the engine (its destructor
-// aborts otherwise: the connections' QPs use its CQ).
+// aborts otherwise: the connections' QPs use its CQ and SRQ). A connection
+// on the shared queue being destroyed moves its QP to ERR and has the engine
+// poll the CQ empty first (its own completions then count as stale), so no
+// shared slot is lost with the completions ibv_destroy_qp cleans away.
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_ENGINE_H_
 #define RDMA_TRANSPORT_TRANSPORT_ENGINE_H_
@@ -112,11 +142,13 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "transport/context.h"
+#include "transport/shared_receive_pool.h"
 #include "verbs_shim/env.h"
 
 namespace rdma_transport {
@@ -132,6 +164,16 @@ struct EngineOptions {
   uint32_t max_async_ops = 65536;
   // Completions taken per poll in Progress() (1..64).
   uint32_t poll_batch = 32;
+  // A shared receive queue of this many slots (0: none, each connection
+  // keeps its own receive ring). Attached connections then take their
+  // receives from it: each reserves its recv_slots of them at attach
+  // (kResourceExhausted when they are not left) and registers no receive
+  // ring (see "Shared receive queue" above). At most the device's
+  // max_srq_wr; a device without SRQs fails Create() with kUnimplemented.
+  uint32_t srq_slots = 0;
+  // Bytes of one shared slot (64..kMaxSlotSize): the largest message an
+  // attached connection receives, whatever its max_message_size.
+  uint32_t srq_slot_bytes = 4096;
 };
 
 // Progress() calls that find nothing between two liveness services.
@@ -170,6 +212,9 @@ struct EngineStats {
   uint32_t connections = 0;
   uint32_t cq_entries = 0;
   uint32_t cq_entries_reserved = 0;
+  uint32_t srq_slots = 0;           // EngineOptions::srq_slots
+  uint32_t srq_slots_reserved = 0;  // the attached connections' recv_slots
+  uint32_t srq_slots_held = 0;      // holding a message not yet received
 };
 
 class Engine {
@@ -207,13 +252,27 @@ class Engine {
 
   Engine(const Context& context, const EngineOptions& options);
 
-  // For Connection: attaching reserves `cq_entries` and a slot.
+  // For Connection: attaching reserves `cq_entries`, a slot and, with a
+  // shared receive queue, `srq_credits` of its slots.
   absl::StatusOr<uint32_t> Attach(Connection* connection, uint32_t qp_num,
-                                  uint32_t cq_entries);
+                                  uint32_t cq_entries, uint32_t srq_credits);
+  // With a shared receive queue: the connection's QP has been moved to ERR
+  // (it consumes no more receives); polls the CQ until it is empty with the
+  // slot's completions treated as stale, so that every shared slot one of
+  // them holds is reposted before the QP's destruction would clean it away.
+  void DrainForDetach(uint32_t slot);
   void Detach(uint32_t slot);
+  // The shared receive queue's slots, or nullptr without one.
+  SharedReceivePool* pool() const { return pool_.get(); }
+  // The slot whose QP is `qp_num`, or kNoSlot (for SRQ receive completions,
+  // whose wr_id cannot name the connection).
+  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+  uint32_t SlotOfQp(uint32_t qp_num) const;
   // The connection's setup stream, watched by fd() (-1: none).
   void WatchSetupStream(uint32_t slot, int fd);
   ibv_cq* cq() const { return cq_; }
+  // Stale completions: shared slots they consumed are reposted.
+  void ReclaimStale(std::span<const ibv_wc> wcs);
   // Room for `count` more operations (counted until taken).
   bool HasOpRoom(uint32_t count) const {
     return ops_outstanding_ + count <= options_.max_async_ops;
@@ -237,6 +296,9 @@ class Engine {
   EngineOptions options_;
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
+  std::unique_ptr<SharedReceivePool> pool_;
+  // (qp_num, slot) of every attached connection, sorted by qp_num.
+  std::vector<std::pair<uint32_t, uint32_t>> qp_slots_;
   int epoll_fd_ = -1;
   bool cq_armed_ = false;
   uint32_t cq_entries_ = 0;
@@ -246,6 +308,7 @@ class Engine {
     Connection* connection = nullptr;
     uint32_t qp_num = 0;
     uint32_t cq_entries = 0;
+    uint32_t srq_credits = 0;
     int setup_fd = -1;
   };
   std::vector<Slot> slots_;

@@ -23,7 +23,7 @@ HandshakeMessage OfferFor(const Connection& connection,
   message.version = version;
   message.endpoint = ConnectionSetup::LocalEndpoint(connection);
   message.recv_slots = options.recv_slots;
-  message.slot_size = options.max_message_size;
+  message.slot_size = ConnectionSetup::OfferedSlotSize(connection);
   if (type == HandshakeType::kHello) message.token = options.token;
   if (version < kHandshakeVersion || type == HandshakeType::kHello) {
     const RemoteRegion probe = ConnectionSetup::ProbeTarget(connection);

@@ -45,6 +45,7 @@
 #include "sim/device_profile.h"
 #include "sim/fabric.h"
 #include "sim/sim_verbs.h"
+#include "tests/benchmark_setup.h"
 #include "tests/sample_hello.h"
 #include "transport/config.h"
 #include "transport/connection.h"
@@ -106,73 +107,6 @@ namespace rdma_transport {
 namespace {
 
 using std::chrono::seconds;
-
-template <typename T>
-T Must(absl::StatusOr<T> value, const char* what) {
-  if (!value.ok()) {
-    std::fprintf(stderr, "benchmark setup: %s: %s\n", what,
-                 value.status().ToString().c_str());
-    std::abort();
-  }
-  return *std::move(value);
-}
-
-void Must(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "benchmark setup: %s: %s\n", what,
-                 status.ToString().c_str());
-    std::abort();
-  }
-}
-
-// Accepts connections on a thread of its own, so that the benchmark thread
-// can Connect() (which waits for the server's ACCEPT).
-class Acceptor {
- public:
-  explicit Acceptor(Listener& listener)
-      : listener_(listener), thread_([this] { Loop(); }) {}
-  ~Acceptor() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    thread_.join();
-  }
-
-  std::unique_ptr<Connection> Take() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return !ready_.empty(); });
-    std::unique_ptr<Connection> connection = std::move(ready_.front());
-    ready_.pop_front();
-    return connection;
-  }
-
- private:
-  void Loop() {
-    while (true) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stop_) return;
-      }
-      absl::StatusOr<std::unique_ptr<Connection>> accepted =
-          listener_.Accept(DeadlineIn(std::chrono::milliseconds(20)));
-      if (accepted.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        ready_.push_back(*std::move(accepted));
-        cv_.notify_all();
-      } else if (!absl::IsDeadlineExceeded(accepted.status())) {
-        Must(accepted.status(), "accepting");
-      }
-    }
-  }
-
-  Listener& listener_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Connection>> ready_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 // Two ConnectX-7 NICs on one fabric, their Contexts, and both a transport
 // connection and a raw QP pair between them.

@@ -24,6 +24,8 @@ const char* WrKindOperationName(uint8_t kind) {
       return "RDMA_WRITE (liveness probe)";
     case WrKind::kBind:
       return "BIND_MW (BindRegion)";
+    case WrKind::kSrqRecv:
+      return "RECV (shared receive queue)";
   }
   return "unknown operation";
 }

@@ -30,6 +30,10 @@ enum class WrKind : uint8_t {
   kRead,
   kKeepalive,
   kBind,
+  // A receive of the engine's shared receive queue (shared_receive_pool.h):
+  // the value is the pool slot, the engine slot bits are 0 (the engine finds
+  // the connection by the completion's qp_num).
+  kSrqRecv,
 };
 
 inline constexpr int kWrValueBits = 40;

@@ -211,6 +211,28 @@ absl::StatusOr<int> IbverbsBackend::PollCq(ibv_cq* cq, int num_entries,
   return VerbsError("ibv_poll_cq", count < -1 ? -count : EIO);
 }
 
+absl::StatusOr<ibv_srq*> IbverbsBackend::CreateSrq(
+    ibv_pd* pd, ibv_srq_init_attr* init_attr) {
+  return FromPointer("ibv_create_srq", ibv_create_srq(pd, init_attr));
+}
+
+absl::Status IbverbsBackend::ModifySrq(ibv_srq* srq, ibv_srq_attr* attr,
+                                       int attr_mask) {
+  return FromReturnCode("ibv_modify_srq", ibv_modify_srq(srq, attr, attr_mask));
+}
+
+absl::Status IbverbsBackend::DestroySrq(ibv_srq* srq) {
+  return FromReturnCode("ibv_destroy_srq", ibv_destroy_srq(srq));
+}
+
+absl::Status IbverbsBackend::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                                         ibv_recv_wr** bad_wr) {
+  int rc = ibv_post_srq_recv(srq, wr, bad_wr);
+  if (rc == 0) [[likely]]
+    return absl::OkStatus();
+  return FromReturnCode("ibv_post_srq_recv", rc);
+}
+
 absl::StatusOr<ibv_ah*> IbverbsBackend::CreateAh(ibv_pd* pd,
                                                  ibv_ah_attr* attr) {
   return FromPointer("ibv_create_ah", ibv_create_ah(pd, attr));

@@ -59,6 +59,13 @@ class IbverbsBackend final : public Verbs {
   absl::Status PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                         ibv_recv_wr** bad_wr) override;
   absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override;
+  absl::StatusOr<ibv_srq*> CreateSrq(ibv_pd* pd,
+                                     ibv_srq_init_attr* init_attr) override;
+  absl::Status ModifySrq(ibv_srq* srq, ibv_srq_attr* attr,
+                         int attr_mask) override;
+  absl::Status DestroySrq(ibv_srq* srq) override;
+  absl::Status PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                           ibv_recv_wr** bad_wr) override;
   absl::StatusOr<ibv_ah*> CreateAh(ibv_pd* pd, ibv_ah_attr* attr) override;
   absl::Status DestroyAh(ibv_ah* ah) override;
   absl::StatusOr<TrafficClassFile> ReadTrafficClassFile(ibv_context* context,

@@ -75,6 +75,13 @@ class MockVerbs : public Verbs {
   MOCK_METHOD(absl::Status, PostRecv, (ibv_qp*, ibv_recv_wr*, ibv_recv_wr**),
               (override));
   MOCK_METHOD(absl::StatusOr<int>, PollCq, (ibv_cq*, int, ibv_wc*), (override));
+  MOCK_METHOD(absl::StatusOr<ibv_srq*>, CreateSrq,
+              (ibv_pd*, ibv_srq_init_attr*), (override));
+  MOCK_METHOD(absl::Status, ModifySrq, (ibv_srq*, ibv_srq_attr*, int),
+              (override));
+  MOCK_METHOD(absl::Status, DestroySrq, (ibv_srq*), (override));
+  MOCK_METHOD(absl::Status, PostSrqRecv,
+              (ibv_srq*, ibv_recv_wr*, ibv_recv_wr**), (override));
   MOCK_METHOD(absl::StatusOr<ibv_ah*>, CreateAh, (ibv_pd*, ibv_ah_attr*),
               (override));
   MOCK_METHOD(absl::Status, DestroyAh, (ibv_ah*), (override));

@@ -23,10 +23,10 @@
 //
 // Handles: every handle a backend returns is owned by the caller until passed
 // to the matching destroy call on the same backend, and must outlive nothing
-// it depends on (QPs before CQs and PD, MWs before the MR bound and the PD,
-// MRs before PD, PD/CQs before the
-// context), exactly as in verbs; a backend refuses out-of-order destruction
-// with EBUSY where verbs does.
+// it depends on (QPs before CQs, SRQs and PD, SRQs before the PD, MWs before
+// the MR bound and the PD, MRs before PD, PD/CQs before the context), exactly
+// as in verbs; a backend refuses out-of-order destruction with EBUSY where
+// verbs does.
 //
 // Thread-safety: as libibverbs. Every method may be called concurrently from
 // any thread; calls on the same QP or CQ (posting from one thread and polling
@@ -142,7 +142,7 @@ class Verbs {
                                ibv_qp_init_attr* init_attr) = 0;
   virtual absl::Status DestroyQp(ibv_qp* qp) = 0;
 
-  // --- Data path: allocation-free on success ---
+  // --- Data path: allocation-free on success (PostSrqRecv too) ---
 
   // On failure `*bad_wr` points at the first work request not posted.
   virtual absl::Status PostSend(ibv_qp* qp, ibv_send_wr* wr,
@@ -152,6 +152,28 @@ class Verbs {
   // Returns how many completions were written to `wc` (0..num_entries).
   virtual absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries,
                                      ibv_wc* wc) = 0;
+
+  // --- Shared receive queues (ibv_create_srq, ibv_modify_srq,
+  //     ibv_destroy_srq, ibv_post_srq_recv) ---
+
+  // An SRQ on `pd`; `init_attr->attr` holds what the device granted on
+  // success. QPs created with `ibv_qp_init_attr::srq` set take their
+  // receives from it, in the order posted, whichever QP a message arrives
+  // on. Fails with EOPNOTSUPP (or ENOSYS) where the provider has none,
+  // EINVAL for max_wr/max_sge above the device's max_srq_wr/max_srq_sge,
+  // ENOMEM at max_srq.
+  virtual absl::StatusOr<ibv_srq*> CreateSrq(ibv_pd* pd,
+                                             ibv_srq_init_attr* init_attr) = 0;
+  // `attr_mask` of ibv_srq_attr_mask: IBV_SRQ_LIMIT arms the limit event
+  // (IBV_EVENT_SRQ_LIMIT_REACHED once fewer than srq_limit receives are
+  // posted), IBV_SRQ_MAX_WR resizes where the device can.
+  virtual absl::Status ModifySrq(ibv_srq* srq, ibv_srq_attr* attr,
+                                 int attr_mask) = 0;
+  // EBUSY while a QP is attached to it.
+  virtual absl::Status DestroySrq(ibv_srq* srq) = 0;
+  // Data path: allocation-free on success; `*bad_wr` as PostRecv.
+  virtual absl::Status PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                                   ibv_recv_wr** bad_wr) = 0;
 
   // --- Address handles (ibv_create_ah, ibv_destroy_ah) ---
 

@@ -113,6 +113,21 @@ class VerbsWrapper : public Verbs {
   absl::StatusOr<int> PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) override {
     return target_->PollCq(cq, num_entries, wc);
   }
+  absl::StatusOr<ibv_srq*> CreateSrq(ibv_pd* pd,
+                                     ibv_srq_init_attr* init_attr) override {
+    return target_->CreateSrq(pd, init_attr);
+  }
+  absl::Status ModifySrq(ibv_srq* srq, ibv_srq_attr* attr,
+                         int attr_mask) override {
+    return target_->ModifySrq(srq, attr, attr_mask);
+  }
+  absl::Status DestroySrq(ibv_srq* srq) override {
+    return target_->DestroySrq(srq);
+  }
+  absl::Status PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
+                           ibv_recv_wr** bad_wr) override {
+    return target_->PostSrqRecv(srq, wr, bad_wr);
+  }
   absl::StatusOr<ibv_ah*> CreateAh(ibv_pd* pd, ibv_ah_attr* attr) override {
     return target_->CreateAh(pd, attr);
   }

@@ -225,6 +225,32 @@ absl::Status FabricCore::PostSendLocked(SimQp& qp, ibv_send_wr* wr,
   return status;
 }
 
+std::optional<RecvRefusal> CheckRecvWr(const ibv_recv_wr& wr, uint32_t max_sge,
+                                       std::string_view max_sge_name,
+                                       uint64_t in_use, uint32_t depth,
+                                       std::string_view queue) {
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > max_sge) {
+    return RecvRefusal{EINVAL,
+                       absl::StrCat("num_sge ", wr.num_sge, " above ",
+                                    std::string(max_sge_name), " ", max_sge)};
+  }
+  if (wr.num_sge > 0 && wr.sg_list == nullptr) {
+    return RecvRefusal{EINVAL, "null sg_list"};
+  }
+  if (in_use >= depth) {
+    return RecvRefusal{ENOMEM,
+                       absl::StrCat(std::string(queue), " full (", depth,
+                                    " WRs not yet reclaimed by polling)")};
+  }
+  return std::nullopt;
+}
+
+void StoreRecvWr(const ibv_recv_wr& wr, RecvWqe& wqe, ibv_sge* sges) {
+  wqe.wr_id = wr.wr_id;
+  wqe.num_sge = static_cast<uint32_t>(wr.num_sge);
+  if (wr.num_sge > 0) std::copy(wr.sg_list, wr.sg_list + wr.num_sge, sges);
+}
+
 absl::Status FabricCore::PostRecvLocked(SimQp& qp, ibv_recv_wr* wr,
                                         ibv_recv_wr** bad_wr) {
   absl::Status status;
@@ -238,30 +264,20 @@ absl::Status FabricCore::PostRecvLocked(SimQp& qp, ibv_recv_wr* wr,
       status = refuse(EINVAL, absl::StrCat("QP ", qp.qp_num, " is in RESET"));
       break;
     }
-    if (wr->num_sge < 0 ||
-        static_cast<uint32_t>(wr->num_sge) > qp.max_recv_sge()) {
-      status = refuse(
-          EINVAL, absl::StrCat("num_sge ", wr->num_sge, " above max_recv_sge ",
-                               qp.max_recv_sge()));
+    if (qp.srq != nullptr) {
+      status = refuse(EINVAL, absl::StrCat("QP ", qp.qp_num,
+                                           " takes its receives from an SRQ: "
+                                           "post them there"));
       break;
     }
-    if (wr->num_sge > 0 && wr->sg_list == nullptr) {
-      status = refuse(EINVAL, "null sg_list");
-      break;
-    }
-    if (qp.rq_posted - qp.rq_reclaimed >= qp.recv_depth()) {
-      status =
-          refuse(ENOMEM, absl::StrCat("receive queue full (", qp.recv_depth(),
-                                      " WRs not yet reclaimed by polling)"));
+    if (std::optional<RecvRefusal> refusal = CheckRecvWr(
+            *wr, qp.max_recv_sge(), "max_recv_sge",
+            qp.rq_posted - qp.rq_reclaimed, qp.recv_depth(), "receive queue")) {
+      status = refuse(refusal->error, std::move(refusal->detail));
       break;
     }
     const uint64_t index = qp.rq_posted;
-    RecvWqe& wqe = qp.recv_slot(index);
-    wqe.wr_id = wr->wr_id;
-    wqe.num_sge = static_cast<uint32_t>(wr->num_sge);
-    if (wr->num_sge > 0) {
-      std::copy(wr->sg_list, wr->sg_list + wr->num_sge, qp.recv_sges(index));
-    }
+    StoreRecvWr(*wr, qp.recv_slot(index), qp.recv_sges(index));
     ++qp.rq_posted;
     ++qp.device->counters.recv_wrs_posted;
     posted = true;
@@ -297,6 +313,8 @@ absl::StatusOr<int> FabricCore::PollCqLocked(SimCq& cq, int num_entries,
     if (SimQp* qp = FindQpByNum(entry.qp_num); qp != nullptr) {
       if (entry.is_send) {
         qp->sq_reclaimed = std::max(qp->sq_reclaimed, entry.wqe_index + 1);
+      } else if (entry.from_srq) {
+        if (qp->srq != nullptr) ++qp->srq->reclaimed;
       } else {
         qp->rq_reclaimed = std::max(qp->rq_reclaimed, entry.wqe_index + 1);
       }
@@ -529,7 +547,7 @@ void FabricCore::HandleResponseLocked(const Event& event) {
         rnr_waiters_.push_back(qp->qp_num);
         SimQp* responder = FindQpByNum(event.responder_qp_num);
         if (responder == nullptr || !IsReceiving(responder->state) ||
-            responder->rq_consumed < responder->rq_posted) {
+            HasReceive(*responder)) {
           WakeRnrWaitersLocked(event.responder_qp_num);
         }
         return;
@@ -592,6 +610,8 @@ void FabricCore::HandleFlushLocked(const Event& event) {
     entry.is_send = true;
     WriteCqeLocked(*qp->send_cq, entry);
   }
+  // An SRQ's receives are not the QP's: they stay posted for the other QPs
+  // attached to it (IBV_EVENT_QP_LAST_WQE_REACHED is not simulated).
   for (; qp->rq_consumed < qp->rq_posted; ++qp->rq_consumed) {
     CqEntry entry;
     entry.wc.wr_id = qp->recv_slot(qp->rq_consumed).wr_id;
@@ -715,7 +735,7 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
     device.counters.dma_read_bytes += wqe.length;
     outcome.response_bytes = wqe.length;
   }
-  if (needs_receive && responder.rq_consumed == responder.rq_posted) {
+  if (needs_receive && !HasReceive(responder)) {
     outcome.reply = Reply::kRnrNak;
     outcome.rnr_delay = RnrDelay(responder.attr.min_rnr_timer);
     return outcome;  // The PSN is not consumed: the request will come again.
@@ -725,8 +745,16 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
     device.counters.payload_bytes_delivered += wqe.length;
   }
   if (needs_receive) {
-    const uint64_t receive_index = responder.rq_consumed++;
-    const RecvWqe& receive = responder.recv_slot(receive_index);
+    SimSrq* srq = responder.srq;
+    const uint64_t receive_index =
+        srq != nullptr ? srq->consumed++ : responder.rq_consumed++;
+    const RecvWqe& receive = srq != nullptr
+                                 ? srq->slot(receive_index)
+                                 : responder.recv_slot(receive_index);
+    const ibv_sge* receive_sges = srq != nullptr
+                                      ? srq->slot_sges(receive_index)
+                                      : responder.recv_sges(receive_index);
+    if (srq != nullptr) ConsumedSrqReceiveLocked(*srq);
     CqEntry entry;
     entry.wc.wr_id = receive.wr_id;
     entry.wc.qp_num = responder.qp_num;
@@ -737,13 +765,14 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
     entry.wc.byte_len = static_cast<uint32_t>(wqe.length);
     entry.qp_num = responder.qp_num;
     entry.wqe_index = receive_index;
+    entry.from_srq = srq != nullptr;
     entry.solicited = wqe.solicited;
     if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
       entry.wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
     } else {
       entry.wc.opcode = IBV_WC_RECV;
       // Scatter the payload over the receive's buffers.
-      const ibv_sge* sges = responder.recv_sges(receive_index);
+      const ibv_sge* sges = receive_sges;
       uint64_t capacity = 0;
       for (uint32_t i = 0; i < receive.num_sge; ++i) {
         capacity += sges[i].length;

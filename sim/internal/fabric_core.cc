@@ -54,6 +54,15 @@ SimPd* FabricCore::FindPd(const ibv_pd* handle) const {
 SimAh* FabricCore::FindAh(const ibv_ah* handle) const {
   return FindIn(ahs, handle);
 }
+SimSrq* FabricCore::FindSrq(const ibv_srq* handle) const {
+  return FindIn(srqs, handle);
+}
+SimSrq* FabricCore::FindSrqById(uint32_t id) const {
+  for (const auto& [handle, srq] : srqs) {
+    if (srq->id == id) return srq.get();
+  }
+  return nullptr;
+}
 SimMr* FabricCore::FindMr(const ibv_mr* handle) const {
   return FindIn(mrs, handle);
 }
@@ -235,8 +244,13 @@ void FabricCore::ResetQpLocked(SimQp& qp) {
 }
 
 void FabricCore::CleanCqsOfQpLocked(const SimQp& qp) {
+  // A receive of an SRQ whose completion is cleaned away is gone, as on
+  // hardware (libmlx5 frees the SRQ WQE): its slot is free again, and the
+  // buffer it named is no longer posted.
   auto belongs = [&qp](const CqEntry& entry) {
-    return entry.qp_num == qp.qp_num;
+    if (entry.qp_num != qp.qp_num) return false;
+    if (entry.from_srq && qp.srq != nullptr) ++qp.srq->reclaimed;
+    return true;
   };
   qp.send_cq->entries.EraseIf(belongs);
   if (qp.recv_cq != qp.send_cq) qp.recv_cq->entries.EraseIf(belongs);
@@ -250,6 +264,7 @@ void FabricCore::RemoveQpLocked(SimQp& qp) {
   --qp.recv_cq->live_qps;
   --qp.pd->live_qps;
   --qp.device->live_qps;
+  if (qp.srq != nullptr) std::erase(qp.srq->qp_nums, qp_num);
   qp_table_[qp_num - kFirstQpNum] = nullptr;
   qps.erase(&qp.verbs);  // Frees `qp`.
   // Requesters waiting on its receives will now time out instead.
@@ -330,6 +345,9 @@ void FabricCore::RaiseAsyncEventLocked(SimContext& context, ibv_event_type type,
     case AsyncEventTarget::kCq:
       pending.event.element.cq = static_cast<ibv_cq*>(element);
       break;
+    case AsyncEventTarget::kSrq:
+      pending.event.element.srq = static_cast<ibv_srq*>(element);
+      break;
     case AsyncEventTarget::kDevice:
       pending.event.element.port_num = 1;
       break;
@@ -383,6 +401,9 @@ std::vector<LiveObject> FabricCore::LeakReportLocked() const {
   }
   for (const auto& [handle, qp] : qps) {
     live.push_back({qp->id, {"qp", qp->device->name, qp->qp_num}});
+  }
+  for (const auto& [handle, srq] : srqs) {
+    live.push_back({srq->id, {"srq", srq->device->name, srq->id}});
   }
   for (const auto& [handle, ah] : ahs) {
     live.push_back({ah->id, {"ah", ah->pd->context->device->name, ah->id}});

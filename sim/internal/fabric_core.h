@@ -69,9 +69,11 @@ int RawEnum(const Enum& field) {
 }
 
 struct SimContext;
+struct SimPd;
 struct SimMr;
 struct SimMw;
 struct SimQp;
+struct SimSrq;
 
 // The core's lock: spins briefly before sleeping. Several threads driving
 // one fabric (a sender, a receiver and their pollers) take it for a few
@@ -119,6 +121,7 @@ struct Device {
   uint32_t live_mrs = 0;
   uint32_t live_cqs = 0;
   uint32_t live_qps = 0;
+  uint32_t live_srqs = 0;
   uint32_t live_mws = 0;
   // Memory regions by key (lkey == rkey), for the wire.
   std::unordered_map<uint32_t, SimMr*> mrs_by_key;
@@ -137,12 +140,12 @@ struct Device {
 
 // --- Verbs objects ---
 
-enum class AsyncEventTarget { kDevice, kQp, kCq };
+enum class AsyncEventTarget { kDevice, kQp, kCq, kSrq };
 
 struct PendingAsyncEvent {
   ibv_async_event event{};
   AsyncEventTarget target = AsyncEventTarget::kDevice;
-  uint32_t target_id = 0;  // qp_num or CQ handle.
+  uint32_t target_id = 0;  // qp_num, CQ or SRQ handle.
 };
 
 struct SimContext {
@@ -163,6 +166,7 @@ struct SimPd {
   uint32_t live_qps = 0;
   uint32_t live_mws = 0;
   uint32_t live_ahs = 0;
+  uint32_t live_srqs = 0;
 };
 
 struct SimAh {
@@ -221,6 +225,7 @@ struct CqEntry {
   uint32_t qp_num = 0;
   uint64_t wqe_index = 0;  // Position in its queue, for slot reclamation.
   bool is_send = false;
+  bool from_srq = false;  // a receive taken from the QP's SRQ
   bool solicited = false;
 };
 
@@ -277,6 +282,56 @@ struct RecvWqe {
   uint32_t num_sge = 0;
 };
 
+// Posting a receive work request to a queue of `depth` slots with `in_use`
+// taken, `max_sge` entries each (a QP's receive queue or an SRQ, named
+// `queue` and `max_sge_name` in the refusal): CheckRecvWr() gives the
+// refusal's errno and detail, if any, and StoreRecvWr() fills the slot.
+struct RecvRefusal {
+  int error = 0;
+  std::string detail;
+};
+std::optional<RecvRefusal> CheckRecvWr(const ibv_recv_wr& wr, uint32_t max_sge,
+                                       std::string_view max_sge_name,
+                                       uint64_t in_use, uint32_t depth,
+                                       std::string_view queue);
+void StoreRecvWr(const ibv_recv_wr& wr, RecvWqe& wqe, ibv_sge* sges);
+
+// A shared receive queue: one FIFO of receives that every QP attached to it
+// consumes, in the order posted, whichever QP a message arrives on. A slot
+// is free again once the completion of the receive in it has been polled
+// (or cleaned away with its QP); completions of different QPs may be polled
+// out of order, so reclaiming counts receives rather than moving an index
+// (the ring holds at most max_wr receives posted and not yet reclaimed, and
+// consumption is in order, so a slot is never overwritten while posted).
+struct SimSrq {
+  ibv_srq verbs{};
+  uint32_t id = 0;
+  SimPd* pd = nullptr;
+  SimContext* context = nullptr;
+  Device* device = nullptr;
+  uint32_t max_wr = 0;
+  uint32_t max_sge = 0;
+  std::vector<RecvWqe> wqes;
+  std::vector<ibv_sge> sges;  // max_sge per slot.
+  uint64_t posted = 0;
+  uint64_t consumed = 0;
+  uint64_t reclaimed = 0;  // receives whose completion is gone from the CQs
+  // Armed (IBV_SRQ_LIMIT > 0): IBV_EVENT_SRQ_LIMIT_REACHED once fewer than
+  // this many receives are posted, then disarmed (0).
+  uint32_t limit = 0;
+  // Attached QPs, in creation order (their requesters are woken from RNR
+  // waits when a receive is posted).
+  std::vector<uint32_t> qp_nums;
+  uint32_t async_events_delivered = 0;
+  uint32_t async_events_acked = 0;
+
+  bool has_receive() const { return consumed < posted; }
+  RecvWqe& slot(uint64_t index) { return wqes[index % wqes.size()]; }
+  ibv_sge* slot_sges(uint64_t index) {
+    return sges.data() + (index % wqes.size()) * max_sge;
+  }
+};
+
 struct SimQp {
   ibv_qp verbs{};
   uint32_t id = 0;
@@ -286,6 +341,9 @@ struct SimQp {
   Device* device = nullptr;
   SimCq* send_cq = nullptr;
   SimCq* recv_cq = nullptr;
+  // Receives come from this shared receive queue instead of `rq` (which is
+  // then empty).
+  SimSrq* srq = nullptr;
   ibv_qp_init_attr init_attr{};  // As granted.
   ibv_qp_attr attr{};            // Every attribute ModifyQp has set.
   int attr_mask_set = 0;
@@ -461,6 +519,7 @@ class FabricCore {
   std::unordered_map<const ibv_cq*, std::unique_ptr<SimCq>> cqs;
   std::unordered_map<const ibv_qp*, std::unique_ptr<SimQp>> qps;
   std::unordered_map<const ibv_ah*, std::unique_ptr<SimAh>> ahs;
+  std::unordered_map<const ibv_srq*, std::unique_ptr<SimSrq>> srqs;
   std::unordered_map<uint32_t, SimCq*> cqs_by_id;
   uint32_t next_object_id = 1;
   uint32_t next_mr_key = 0x1000;
@@ -484,6 +543,8 @@ class FabricCore {
   SimCq* FindCq(const ibv_cq* handle) const;
   SimQp* FindQp(const ibv_qp* handle) const;
   SimAh* FindAh(const ibv_ah* handle) const;
+  SimSrq* FindSrq(const ibv_srq* handle) const;
+  SimSrq* FindSrqById(uint32_t id) const;
   SimQp* FindQpByNum(uint32_t qp_num) const {
     const uint32_t index = qp_num - kFirstQpNum;
     return index < qp_table_.size() ? qp_table_[index] : nullptr;
@@ -508,6 +569,8 @@ class FabricCore {
   // --- Verbs data path (validation included) ---
   absl::Status PostSendLocked(SimQp& qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
   absl::Status PostRecvLocked(SimQp& qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  absl::Status PostSrqRecvLocked(SimSrq& srq, ibv_recv_wr* wr,
+                                 ibv_recv_wr** bad_wr);
   absl::StatusOr<int> PollCqLocked(SimCq& cq, int num_entries, ibv_wc* wc);
 
   // --- QP life cycle hooks used by the control path ---
@@ -528,6 +591,13 @@ class FabricCore {
   void RemoveQpLocked(SimQp& qp);
   // Requesters waiting on an RNR from `responder_qp_num` try again.
   void WakeRnrWaitersLocked(uint32_t responder_qp_num);
+  // Whether a message arriving at `qp` finds a receive (its RQ or its SRQ).
+  static bool HasReceive(const SimQp& qp);
+  // Requesters waiting on an RNR from any QP of `srq` try again.
+  void WakeRnrWaitersOfSrqLocked(const SimSrq& srq);
+  // After a receive was taken from `srq`: raises the limit event if armed
+  // and fewer than the limit are left posted.
+  void ConsumedSrqReceiveLocked(SimSrq& srq);
   void KillDeviceLocked(Device& device);
   // Unbinds a window (local invalidate, dealloc): its rkey is dead.
   void UnbindMwLocked(SimMw& mw);

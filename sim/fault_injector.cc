@@ -200,6 +200,16 @@ absl::Status FaultInjector::DropPackets(const FaultTarget& target, int count) {
   return absl::OkStatus();
 }
 
+absl::Status FaultInjector::DuplicatePackets(const FaultTarget& target,
+                                             int count) {
+  const NotifyWaiters notify(env_);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
+  if (!resolved.ok()) return resolved.status();
+  if (count > 0) core_->faults.duplicates.push_back({*resolved, count});
+  return absl::OkStatus();
+}
+
 absl::Status FaultInjector::DelayDelivery(const FaultTarget& target,
                                           std::chrono::nanoseconds delay) {
   const NotifyWaiters notify(env_);

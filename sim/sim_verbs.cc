@@ -865,7 +865,9 @@ absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
         sim->state = to;
         break;
       case IBV_QPS_RTS:
-        if (from == IBV_QPS_RTR) sim->next_psn = sim->attr.sq_psn;
+        if (from == IBV_QPS_RTR) {
+          sim->next_psn = sim->una_psn = sim->attr.sq_psn;
+        }
         sim->state = to;
         break;
       default:

@@ -39,8 +39,7 @@ class PacketModelTest : public PairTest {
 // of sequence and is NAKed; the requester goes back to the third at once
 // (long before its 67 ms timer) and the data lands byte for byte.
 TEST_F(PacketModelTest, ALostPacketMidMessageIsResentByGoBackN) {
-  ASSERT_NO_FATAL_FAILURE(
-      Connect(ConnectX6(), ConnectX6(), {}, {}, Manual()));
+  ASSERT_NO_FATAL_FAILURE(Connect(ConnectX6(), ConnectX6(), {}, {}, Manual()));
   Fill(*a_, 0, 16384, 3);
   ASSERT_OK(b_->PostRecv(1, 0, 16384));
   ASSERT_OK(a_->PostSend(2, IBV_WR_SEND, 0, 16384));
@@ -158,8 +157,8 @@ TEST_F(PacketModelTest, TheRequesterKeepsAtMostMaxRdAtomicReadsOutstanding) {
     ConnectOptions connect;
     connect.max_rd_atomic = depth;
     connect.max_dest_rd_atomic = 4;
-    EXPECT_NO_FATAL_FAILURE(Connect(ConnectX6(), ConnectX6(), {}, connect,
-                                    Manual()));
+    EXPECT_NO_FATAL_FAILURE(
+        Connect(ConnectX6(), ConnectX6(), {}, connect, Manual()));
     for (int i = 0; i < 4; ++i) {
       EXPECT_OK(a_->PostSend(i, IBV_WR_RDMA_READ, 1024 * i, 1024,
                              IBV_SEND_SIGNALED, 0, b_->address(8192 + 1024 * i),

@@ -774,6 +774,10 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
   qp->sq_inline.resize(size_t{cap.max_send_wr} * cap.max_inline_data);
   qp->rq.resize(cap.max_recv_wr);
   qp->rq_sges.resize(size_t{cap.max_recv_wr} * cap.max_recv_sge);
+  // The index of the packet buffers, for the first packets in flight; the
+  // buffers themselves come with the traffic (link.cc).
+  qp->payloads.reserve(internal::kPayloadSlotsAtCreate);
+  qp->free_payloads.reserve(internal::kPayloadSlotsAtCreate);
   ibv_qp& verbs = qp->verbs;
   verbs.context = &context->verbs;
   verbs.qp_context = init_attr->qp_context;

@@ -114,7 +114,7 @@ bool FabricCore::IsStaleLocked(const Event& event) const {
 void FabricCore::DropStaleEventsLocked() {
   while (!event_heap_.empty() && IsStaleLocked(event_heap_.front())) {
     std::pop_heap(event_heap_.begin(), event_heap_.end(), Later());
-    ReleasePayloadLocked(event_heap_.back().payload);
+    ReleasePayloadLocked(event_heap_.back());
     event_heap_.pop_back();
   }
 }
@@ -125,7 +125,7 @@ bool FabricCore::StepLocked() {
   DropStaleEventsLocked();
   if (event_heap_.empty()) return false;
   std::pop_heap(event_heap_.begin(), event_heap_.end(), Later());
-  const Event event = event_heap_.back();
+  const Event event = std::move(event_heap_.back());
   event_heap_.pop_back();
   if (event.time > now) now = event.time;
   ++events_run;
@@ -154,7 +154,7 @@ bool FabricCore::StepLocked() {
       HandleFaultLocked(event);
       break;
   }
-  ReleasePayloadLocked(event.payload);
+  ReleasePayloadLocked(event);
   DropStaleEventsLocked();
   return true;
 }

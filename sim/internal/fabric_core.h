@@ -371,6 +371,16 @@ struct SimQp {
   };
   std::vector<ReadResource> read_resources;
 
+  // The payload buffers of this connection's packets in flight, requests
+  // and READ responses alike (an Event names its buffer by index here and
+  // its requester by qp_num; link.cc). Each buffer is as large as the
+  // largest packet it has carried; free ones are reused; all of them go
+  // with the QP.
+  // Their index is reserved with the QP, kPayloadSlotsAtCreate entries, so
+  // that a connection's first packets add only their own bytes.
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<uint32_t> free_payloads;
+
   uint32_t async_events_delivered = 0;
   uint32_t async_events_acked = 0;
 
@@ -416,6 +426,8 @@ enum class Reply : uint8_t {
 
 // No payload buffer (FabricCore::AcquirePayloadLocked).
 inline constexpr uint32_t kNoPayload = 0xFFFFFFFF;
+// Payload buffer index entries a QP starts with (SimQp::payloads).
+inline constexpr size_t kPayloadSlotsAtCreate = 16;
 
 // A scheduled event; for kArrive and kResponse, a packet on the wire. A
 // request packet carries what its headers would (BTH, RETH, ImmDt) and, the
@@ -707,10 +719,16 @@ class FabricCore {
   // The same without delivering it (a packet that leaves and is lost).
   Nanos ReserveEgressLocked(Device& from, uint8_t traffic_class,
                             const Event& packet, uint32_t header_bytes);
-  // Payload buffers of packets in flight (path-MTU sized, pooled).
-  uint32_t AcquirePayloadLocked();
-  uint8_t* PayloadData(uint32_t slot) { return payloads_[slot].data(); }
-  void ReleasePayloadLocked(uint32_t slot);
+  // Payload buffers of packets in flight, from the pool of the requester
+  // QP `owner` whose connection the packet belongs to (SimQp::payloads):
+  // a buffer of at least `bytes`, reused if one is free.
+  uint32_t AcquirePayloadLocked(SimQp& owner, uint32_t bytes);
+  static uint8_t* PayloadData(SimQp& owner, uint32_t slot) {
+    return owner.payloads[slot].data();
+  }
+  // Gives `packet`'s buffer back to its requester's pool (nothing if it has
+  // none, or the QP is gone: its pool went with it).
+  void ReleasePayloadLocked(const Event& packet);
 
   void WriteCqeLocked(SimCq& cq, const CqEntry& entry);
   void ScheduleFlushLocked(SimQp& qp);
@@ -752,8 +770,6 @@ class FabricCore {
   std::vector<SimQp*> qp_table_;
 
   std::vector<Event> event_heap_;  // Min-heap on (time, sequence).
-  std::vector<std::vector<uint8_t>> payloads_;
-  std::vector<uint32_t> free_payloads_;
   uint64_t next_event_sequence_ = 0;
   // qp_nums of requesters with rnr_waiting set.
   std::vector<uint32_t> rnr_waiters_;

@@ -88,18 +88,25 @@ Nanos FabricCore::SendOnWireLocked(Device& from, uint8_t traffic_class,
   return left;
 }
 
-uint32_t FabricCore::AcquirePayloadLocked() {
-  if (free_payloads_.empty()) {
-    payloads_.emplace_back(4096);
-    return static_cast<uint32_t>(payloads_.size() - 1);
+uint32_t FabricCore::AcquirePayloadLocked(SimQp& owner, uint32_t bytes) {
+  if (owner.free_payloads.empty()) {
+    owner.payloads.emplace_back(bytes);
+    return static_cast<uint32_t>(owner.payloads.size() - 1);
   }
-  const uint32_t slot = free_payloads_.back();
-  free_payloads_.pop_back();
+  const uint32_t slot = owner.free_payloads.back();
+  owner.free_payloads.pop_back();
+  std::vector<uint8_t>& buffer = owner.payloads[slot];
+  // Replaced rather than resized: exactly the packet's size, where
+  // growing a vector may double it.
+  if (buffer.size() < bytes) buffer = std::vector<uint8_t>(bytes);
   return slot;
 }
 
-void FabricCore::ReleasePayloadLocked(uint32_t slot) {
-  if (slot != kNoPayload) free_payloads_.push_back(slot);
+void FabricCore::ReleasePayloadLocked(const Event& packet) {
+  if (packet.payload == kNoPayload) return;
+  if (SimQp* owner = FindQpByNum(packet.qp_num); owner != nullptr) {
+    owner->free_payloads.push_back(packet.payload);
+  }
 }
 
 }  // namespace rdma_transport::sim::internal

@@ -56,8 +56,9 @@ inline uint32_t PacketCount(uint64_t length, uint64_t mtu) {
 // Bytes of packet `packet` of a message of `length` bytes.
 inline uint32_t PacketBytes(uint64_t length, uint64_t mtu, uint32_t packet) {
   const uint64_t offset = uint64_t{packet} * mtu;
-  return offset >= length ? 0
-                          : static_cast<uint32_t>(std::min(mtu, length - offset));
+  return offset >= length
+             ? 0
+             : static_cast<uint32_t>(std::min(mtu, length - offset));
 }
 
 inline bool AsksForAck(uint32_t packet, uint32_t packets) {

@@ -73,10 +73,10 @@ bool FabricCore::StartNextWqeLocked(SimQp& qp) {
   const uint64_t index = qp.sq_next;
   SendWqe& wqe = qp.send_slot(index);
   Device& device = *qp.device;
-  const bool completes_at_once =
-      IsLocalOp(wqe.opcode) || HasCompletionFaultLocked(qp) ||
-      wqe.length > device.profile.max_msg_size ||
-      !LocalBuffersValidLocked(qp, wqe, index);
+  const bool completes_at_once = IsLocalOp(wqe.opcode) ||
+                                 HasCompletionFaultLocked(qp) ||
+                                 wqe.length > device.profile.max_msg_size ||
+                                 !LocalBuffersValidLocked(qp, wqe, index);
   if (completes_at_once) {
     // Completions are in order: wait for those started before it.
     if (qp.sq_active != qp.sq_next) return false;
@@ -95,8 +95,7 @@ bool FabricCore::StartNextWqeLocked(SimQp& qp) {
   }
   if (PsnDistance(qp.una_psn, qp.next_psn) >= kSendWindowPackets) return false;
   if (wqe.opcode == IBV_WR_RDMA_READ &&
-      qp.reads_in_flight >=
-          std::max<uint32_t>(1, qp.attr.max_rd_atomic)) {
+      qp.reads_in_flight >= std::max<uint32_t>(1, qp.attr.max_rd_atomic)) {
     return false;  // Waits in the send queue, as on a NIC.
   }
   if (qp.sq_active == qp.sq_next) {
@@ -161,17 +160,16 @@ void FabricCore::TransmitPacketLocked(SimQp& qp) {
       // The NIC reads the payload from host memory now, at transmission
       // (again on every retransmission); inline payloads were copied at
       // post time.
-      request.payload = AcquirePayloadLocked();
-      uint8_t* out = PayloadData(request.payload);
+      request.payload = AcquirePayloadLocked(qp, request.payload_bytes);
+      uint8_t* out = PayloadData(qp, request.payload);
       const uint64_t offset = packet * mtu;
       if (wqe.is_inline) {
-        std::memcpy(out, qp.send_inline(index) + offset,
-                    request.payload_bytes);
+        std::memcpy(out, qp.send_inline(index) + offset, request.payload_bytes);
       } else {
         if (!CopySgesLocked(device, *qp.pd, qp.send_sges(index), wqe.num_sge,
                             offset, out, request.payload_bytes,
                             /*required_access=*/0, /*to_sges=*/false)) {
-          ReleasePayloadLocked(request.payload);
+          ReleasePayloadLocked(request);
           CompleteHeadSendLocked(qp, IBV_WC_LOC_PROT_ERR);
           return;
         }
@@ -193,7 +191,7 @@ void FabricCore::TransmitPacketLocked(SimQp& qp) {
     ++device.counters.packets_sent;
     ++device.counters.packets_by_traffic_class[traffic_class];
     CountPacketLostLocked(device, qp.qp_num);
-    ReleasePayloadLocked(request.payload);
+    ReleasePayloadLocked(request);
   } else if (SimQp* responder = RouteLocked(qp, &responder_device);
              responder != nullptr) {
     request.responder_device = responder_device->index;
@@ -207,7 +205,7 @@ void FabricCore::TransmitPacketLocked(SimQp& qp) {
     left = ReserveEgressLocked(device, traffic_class, request, headers);
     Device& where = responder_device != nullptr ? *responder_device : device;
     CountPacketLostLocked(where, qp.qp_num);
-    ReleasePayloadLocked(request.payload);
+    ReleasePayloadLocked(request);
   }
 
   if (!qp.timer_armed && qp.attr.timeout != 0) {
@@ -224,7 +222,8 @@ void FabricCore::TransmitPacketLocked(SimQp& qp) {
   // The next packet goes when this one has left the port (rounded down: the
   // port's own clock is in picoseconds, so nothing is lost to rounding).
   if (qp.tx_wqe != qp.sq_posted) {
-    ScheduleTransmitLocked(qp, std::max(now, Nanos(device.egress_free_ps / 1000)));
+    ScheduleTransmitLocked(qp,
+                           std::max(now, Nanos(device.egress_free_ps / 1000)));
   }
 }
 
@@ -330,7 +329,7 @@ bool FabricCore::PlaceReadDataLocked(SimQp& qp, const SendWqe& wqe,
   if (response.payload_bytes == 0) return true;
   const uint64_t offset = response.packet * MtuOf(qp.attr.path_mtu);
   if (!CopySgesLocked(*qp.device, *qp.pd, qp.send_sges(index), wqe.num_sge,
-                      offset, PayloadData(response.payload),
+                      offset, PayloadData(qp, response.payload),
                       response.payload_bytes, IBV_ACCESS_LOCAL_WRITE,
                       /*to_sges=*/true)) {
     return false;

@@ -48,9 +48,9 @@ void FabricCore::HandleArriveLocked(const Event& event) {
     // The network delivers this packet twice: a copy right behind it.
     Event copy = event;
     if (event.payload != kNoPayload) {
-      copy.payload = AcquirePayloadLocked();
-      std::memcpy(PayloadData(copy.payload), PayloadData(event.payload),
-                  event.payload_bytes);
+      copy.payload = AcquirePayloadLocked(*requester, event.payload_bytes);
+      std::memcpy(PayloadData(*requester, copy.payload),
+                  PayloadData(*requester, event.payload), event.payload_bytes);
     }
     copy.time = now;
     ScheduleLocked(copy);
@@ -186,11 +186,11 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
     return fail(requester_status, std::nullopt);
   };
 
-  const bool is_send =
-      opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
+  const bool is_send = opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
   const uint64_t offset = request.packet * MtuOf(requester.attr.path_mtu);
-  uint8_t* payload =
-      request.payload != kNoPayload ? PayloadData(request.payload) : nullptr;
+  uint8_t* payload = request.payload != kNoPayload
+                         ? PayloadData(requester, request.payload)
+                         : nullptr;
   if (is_send) {
     const RecvWqe& receive = responder.recv_slot(*receive_index);
     const ibv_sge* sges = responder.recv_sges(*receive_index);
@@ -276,8 +276,9 @@ void FabricCore::SendReadResponsesLocked(SimQp& responder,
     response.packet = request.packet + i;
     response.payload_bytes = PacketBytes(request.length, mtu, i);
     if (response.payload_bytes > 0) {
-      response.payload = AcquirePayloadLocked();
-      std::memcpy(PayloadData(response.payload),
+      response.payload =
+          AcquirePayloadLocked(*requester, response.payload_bytes);
+      std::memcpy(PayloadData(*requester, response.payload),
                   AsPointer(request.remote_addr + i * mtu),
                   response.payload_bytes);
       device.counters.dma_read_bytes += response.payload_bytes;
@@ -285,8 +286,7 @@ void FabricCore::SendReadResponsesLocked(SimQp& responder,
     // First, last and only responses carry an AETH; middle ones do not.
     const bool edge = i == 0 || i + 1 == request.packets;
     SendOnWireLocked(device, traffic_class, response,
-                     edge ? uint32_t{kAethHeader} : uint32_t{0},
-                     delay);
+                     edge ? uint32_t{kAethHeader} : uint32_t{0}, delay);
   }
 }
 

@@ -200,8 +200,8 @@ void FabricCore::TransmitPacketLocked(SimQp& qp) {
                             ExtraDelayLocked(*responder));
   } else {
     // No such GID/LID, a dead device or a port down, or no such QP: the
-    // packet leaves and is lost.
-    request.payload_bytes = 0;
+    // packet leaves and is lost, after its serialisation (payload and
+    // all: it occupies the port as any other).
     left = ReserveEgressLocked(device, traffic_class, request, headers);
     Device& where = responder_device != nullptr ? *responder_device : device;
     CountPacketLostLocked(where, qp.qp_num);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "sim/internal/fabric_core.h"
@@ -385,23 +386,27 @@ Nanos FabricCore::ExtraDelayLocked(const SimQp& destination) const {
   return delay;
 }
 
-bool FabricCore::ConsumeDropLocked(const SimQp& destination) {
-  for (auto it = faults.drops.begin(); it != faults.drops.end(); ++it) {
+namespace {
+
+// Spends one packet of the first fault in `list` matching `destination`.
+bool ConsumePacketFault(std::vector<FaultPlan::PacketFault>& list,
+                        const SimQp& destination) {
+  for (auto it = list.begin(); it != list.end(); ++it) {
     if (!it->target.Matches(destination)) continue;
-    if (--it->remaining <= 0) faults.drops.erase(it);
+    if (--it->remaining <= 0) list.erase(it);
     return true;
   }
   return false;
 }
 
+}  // namespace
+
+bool FabricCore::ConsumeDropLocked(const SimQp& destination) {
+  return ConsumePacketFault(faults.drops, destination);
+}
+
 bool FabricCore::ConsumeDuplicateLocked(const SimQp& destination) {
-  for (auto it = faults.duplicates.begin(); it != faults.duplicates.end();
-       ++it) {
-    if (!it->target.Matches(destination)) continue;
-    if (--it->remaining <= 0) faults.duplicates.erase(it);
-    return true;
-  }
-  return false;
+  return ConsumePacketFault(faults.duplicates, destination);
 }
 
 bool FabricCore::HasCompletionFaultLocked(const SimQp& qp) const {

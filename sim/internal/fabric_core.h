@@ -494,7 +494,8 @@ struct FaultPlan {
     ibv_wc_status status;
     int remaining;
   };
-  struct DropFault {
+  // The next `remaining` packets to the target are dropped (or duplicated).
+  struct PacketFault {
     ResolvedTarget target;
     int remaining;
   };
@@ -502,18 +503,14 @@ struct FaultPlan {
     ResolvedTarget target;
     Nanos delay;
   };
-  struct DuplicateFault {
-    ResolvedTarget target;
-    int remaining;
-  };
   std::vector<CallFault> create_qp;
   std::vector<CallFault> reg_mr;
   std::vector<CallFault> create_cq;
   std::vector<CallFault> modify_qp;
   std::vector<CompletionFault> completions;
-  std::vector<DropFault> drops;
+  std::vector<PacketFault> drops;
   std::vector<DelayFault> delays;
-  std::vector<DuplicateFault> duplicates;
+  std::vector<PacketFault> duplicates;
 };
 
 // --- The core ---
@@ -677,9 +674,16 @@ class FabricCore {
   void NoteProgressLocked(SimQp& qp);
   // Go-back-N: the next packet transmitted is the one of una_psn.
   void RewindLocked(SimQp& qp);
+  // A sequence NAK or the transport timer: spends one of retry_cnt retries
+  // and goes back to una_psn, or, with none left, fails the oldest WQE with
+  // IBV_WC_RETRY_EXC_ERR (the QP goes to ERR).
+  void RetryOrFailLocked(SimQp& qp);
   // The oldest outstanding PSN moved (or nothing is outstanding any more):
   // restart, or stop, the transport timer.
   void RestartTimerLocked(SimQp& qp, Nanos from);
+  // Schedules the timer's expiry (of the current timer_generation) at
+  // `from` + the QP's timeout; the caller checked timeout is not 0.
+  void ArmTimerLocked(SimQp& qp, Nanos from);
   // Writes a READ response's payload into the READ's local buffers; false
   // on a local protection error.
   bool PlaceReadDataLocked(SimQp& qp, const SendWqe& wqe, uint64_t index,
@@ -698,6 +702,10 @@ class FabricCore {
                                         const Event& request);
   // Answers an RDMA READ request (new or duplicate) with its data packets.
   void SendReadResponsesLocked(SimQp& responder, const Event& request);
+  // A packet from `responder` back to the requester of `request` (an ACK,
+  // NAK or READ response): the routing and identity fields set.
+  static Event ReplyPacket(const SimQp& responder, const Event& request,
+                           Reply kind);
   // Sends an ACK or NAK for `psn` back to the request's requester.
   void SendReplyLocked(SimQp& responder, const Event& request, Reply kind,
                        uint32_t psn, ibv_wc_status nak_status = IBV_WC_SUCCESS,

@@ -208,17 +208,8 @@ void FabricCore::TransmitPacketLocked(SimQp& qp) {
     ReleasePayloadLocked(request);
   }
 
-  if (!qp.timer_armed && qp.attr.timeout != 0) {
-    qp.timer_armed = true;
-    Event timer;
-    timer.kind = EventKind::kRetryTimer;
-    timer.time = left + TransportTimeout(qp.attr.timeout);
-    timer.qp_num = qp.qp_num;
-    timer.epoch = qp.epoch;
-    timer.wqe_index = qp.sq_active;
-    timer.attempt = qp.timer_generation;
-    ScheduleLocked(timer);
-  }
+  // The timer starts when a packet leaves a QP whose timer is not running.
+  if (!qp.timer_armed && qp.attr.timeout != 0) ArmTimerLocked(qp, left);
   // The next packet goes when this one has left the port (rounded down: the
   // port's own clock is in picoseconds, so nothing is lost to rounding).
   if (qp.tx_wqe != qp.sq_posted) {
@@ -304,6 +295,10 @@ void FabricCore::RestartTimerLocked(SimQp& qp, Nanos from) {
   ++qp.timer_generation;
   qp.timer_armed = false;
   if (qp.sq_active == qp.sq_next || qp.attr.timeout == 0) return;
+  ArmTimerLocked(qp, from);
+}
+
+void FabricCore::ArmTimerLocked(SimQp& qp, Nanos from) {
   qp.timer_armed = true;
   Event timer;
   timer.kind = EventKind::kRetryTimer;
@@ -414,14 +409,7 @@ void FabricCore::HandleResponseLocked(const Event& event) {
       return;
     }
     case Reply::kSequenceNak:
-      if (qp->retries_left > 0) {
-        --qp->retries_left;
-        ++qp->device->counters.retransmissions;
-        RewindLocked(*qp);
-        KickSendQueueLocked(*qp);
-        return;
-      }
-      CompleteHeadSendLocked(*qp, IBV_WC_RETRY_EXC_ERR);
+      RetryOrFailLocked(*qp);
       return;
     case Reply::kErrorNak:
       CompleteHeadSendLocked(*qp, event.nak_status);
@@ -437,14 +425,18 @@ void FabricCore::HandleRetryTimerLocked(const Event& event) {
   }
   qp->timer_armed = false;
   if (qp->sq_active == qp->sq_next || qp->rnr_waiting) return;
-  if (qp->retries_left > 0) {
-    --qp->retries_left;
-    ++qp->device->counters.retransmissions;
-    RewindLocked(*qp);
-    KickSendQueueLocked(*qp);
+  RetryOrFailLocked(*qp);
+}
+
+void FabricCore::RetryOrFailLocked(SimQp& qp) {
+  if (qp.retries_left > 0) {
+    --qp.retries_left;
+    ++qp.device->counters.retransmissions;
+    RewindLocked(qp);
+    KickSendQueueLocked(qp);
     return;
   }
-  CompleteHeadSendLocked(*qp, IBV_WC_RETRY_EXC_ERR);
+  CompleteHeadSendLocked(qp, IBV_WC_RETRY_EXC_ERR);
 }
 
 }  // namespace rdma_transport::sim::internal

@@ -263,14 +263,7 @@ void FabricCore::SendReadResponsesLocked(SimQp& responder,
   const uint8_t traffic_class = WireTrafficClass(responder);
   const Nanos delay = ExtraDelayLocked(*requester);
   for (uint32_t i = 0; i < request.packets; ++i) {
-    Event response;
-    response.kind = EventKind::kResponse;
-    response.reply = Reply::kReadResponse;
-    response.qp_num = request.qp_num;
-    response.epoch = request.epoch;
-    response.wqe_index = request.wqe_index;
-    response.responder_device = request.responder_device;
-    response.responder_qp_num = responder.qp_num;
+    Event response = ReplyPacket(responder, request, Reply::kReadResponse);
     response.opcode = IBV_WR_RDMA_READ;
     response.psn = PsnAdd(request.psn, i);
     response.packet = request.packet + i;
@@ -290,20 +283,26 @@ void FabricCore::SendReadResponsesLocked(SimQp& responder,
   }
 }
 
-void FabricCore::SendReplyLocked(SimQp& responder, const Event& request,
-                                 Reply kind, uint32_t psn,
-                                 ibv_wc_status nak_status, Nanos rnr_delay) {
-  SimQp* requester = FindQpByNum(request.qp_num);
-  if (requester == nullptr) return;
+Event FabricCore::ReplyPacket(const SimQp& responder, const Event& request,
+                              Reply kind) {
   Event reply;
   reply.kind = EventKind::kResponse;
+  reply.reply = kind;
   reply.qp_num = request.qp_num;
   reply.epoch = request.epoch;
   reply.wqe_index = request.wqe_index;
   reply.responder_device = request.responder_device;
   reply.responder_qp_num = responder.qp_num;
+  return reply;
+}
+
+void FabricCore::SendReplyLocked(SimQp& responder, const Event& request,
+                                 Reply kind, uint32_t psn,
+                                 ibv_wc_status nak_status, Nanos rnr_delay) {
+  SimQp* requester = FindQpByNum(request.qp_num);
+  if (requester == nullptr) return;
+  Event reply = ReplyPacket(responder, request, kind);
   reply.psn = psn;
-  reply.reply = kind;
   reply.nak_status = nak_status;
   reply.rnr_delay = rnr_delay;
   SendOnWireLocked(*responder.device, WireTrafficClass(responder), reply,

@@ -53,6 +53,7 @@ SimCounters& SimCounters::operator+=(const SimCounters& other) {
   payload_bytes_delivered += other.payload_bytes_delivered;
   dma_read_bytes += other.dma_read_bytes;
   packets_sent += other.packets_sent;
+  wire_bytes_sent += other.wire_bytes_sent;
   packets_dropped += other.packets_dropped;
   retransmissions += other.retransmissions;
   rnr_naks += other.rnr_naks;
@@ -88,6 +89,7 @@ std::string SimCounters::ToString() const {
   add("payload_bytes_delivered", payload_bytes_delivered);
   add("dma_read_bytes", dma_read_bytes);
   add("packets_sent", packets_sent);
+  add("wire_bytes_sent", wire_bytes_sent);
   for (size_t i = 0; i < packets_by_traffic_class.size(); ++i) {
     // Class 0 is every packet of a default QP: not worth a line.
     if (i == 0) continue;

@@ -44,6 +44,8 @@ struct SimCounters {
   // Request, acknowledgement and READ-response transmissions put on the wire
   // by this device, retransmissions included.
   uint64_t packets_sent = 0;
+  // The bytes of those packets on the wire: payload and headers (link.h).
+  uint64_t wire_bytes_sent = 0;
   // Packets lost: injected drops, packets to a dead device or to no QP, or to
   // a QP not ready to receive, and out-of-sequence PSNs. Counted at the device
   // where the packet died (the sender's when nothing matched its route).
@@ -53,7 +55,8 @@ struct SimCounters {
   // or the device's host override when it has one
   // (DeviceProfile::traffic_class_override), which wins as on mlx5.
   std::array<uint64_t, 256> packets_by_traffic_class{};
-  // Requests sent again after a transport timeout or an RNR NAK.
+  // Go-back-N rewinds: after a transport timeout, a sequence NAK or an RNR
+  // NAK, the requester sends again from the oldest unacknowledged PSN.
   uint64_t retransmissions = 0;
   // RNR NAKs this device received as a requester.
   uint64_t rnr_naks = 0;

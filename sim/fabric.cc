@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sim/internal/fabric_core.h"
+#include "sim/internal/link.h"
 
 namespace rdma_transport::sim {
 namespace {
@@ -155,6 +156,9 @@ absl::StatusOr<std::string> Fabric::AddDevice(const DeviceProfile& profile,
   auto device = std::make_unique<Device>();
   device->index = static_cast<uint32_t>(core_->devices.size());
   device->profile = profile;
+  device->link_mbps = core_->options.link_gbps > 0
+                          ? uint64_t{core_->options.link_gbps} * 1000
+                          : internal::LinkRateMbps(profile);
   if (name.has_value()) {
     if (name->empty() || name->size() >= IBV_SYSFS_NAME_MAX) {
       return absl::InvalidArgumentError(
@@ -302,6 +306,15 @@ std::vector<LiveObject> Fabric::LeakReport() const {
 uint64_t Fabric::TraceDigest() const {
   std::lock_guard<internal::CoreMutex> lock(core_->mu);
   return core_->trace.digest();
+}
+
+absl::StatusOr<double> Fabric::LinkGbps(std::string_view device) const {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  const internal::Device* found = core_->FindDevice(device);
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no device ", std::string(device)));
+  }
+  return static_cast<double>(found->link_mbps) / 1000.0;
 }
 
 uint64_t Fabric::EventsRun() const {

@@ -21,8 +21,10 @@
 // with no route are lost and the sender ends in IBV_WC_RETRY_EXC_ERR.
 //
 // Progress. Work moves as discrete events on a virtual clock (nanoseconds
-// from the fabric's creation; a packet takes `link_latency` plus its
-// serialisation time at `link_gbps`). In ProgressMode::kImmediate every verbs
+// from the fabric's creation). Messages travel as path-MTU packets; a packet
+// queues behind the others leaving its port, takes its serialisation time at
+// the port's link rate (the profile's active width and speed) and then
+// `link_latency`. In ProgressMode::kImmediate every verbs
 // call that creates work (post, modify, destroy, a fault) runs the fabric
 // until nothing is left to do before returning, jumping the clock across
 // timers (retransmission, RNR); no real time passes. In kManual nothing moves
@@ -67,8 +69,10 @@ struct FabricOptions {
   ProgressMode progress_mode = ProgressMode::kImmediate;
   // One-way propagation delay of every link.
   std::chrono::nanoseconds link_latency{1000};
-  // Serialisation rate: a message of B bytes also takes B * 8 / link_gbps ns.
-  uint32_t link_gbps = 100;
+  // Every port's link rate in Gb/s; 0: each port's from its profile's
+  // active_width and active_speed (4x EDR: 100). A packet of B bytes on the
+  // wire (payload and headers) keeps its port busy B * 8 / rate.
+  uint32_t link_gbps = 0;
   // The transport's clock (sim/sim_env.h): virtual, or the wall clock with
   // real TCP for setup.
   ClockMode clock = ClockMode::kVirtual;
@@ -126,6 +130,10 @@ class Fabric {
   std::optional<std::chrono::nanoseconds> NextEventTime() const;
 
   // --- Accounting ---
+
+  // The rate of `device`'s port link in Gb/s (FabricOptions::link_gbps).
+  // kNotFound for an unknown device.
+  absl::StatusOr<double> LinkGbps(std::string_view device) const;
 
   SimCounters Counters() const;  // Summed over all devices.
   absl::StatusOr<SimCounters> DeviceCounters(std::string_view device) const;

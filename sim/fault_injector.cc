@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -125,6 +126,17 @@ absl::StatusOr<ResolvedTarget> Resolve(const FabricCore& core,
 }
 
 using CallFault = internal::FaultPlan::CallFault;
+using PacketFaults = std::vector<internal::FaultPlan::PacketFault>;
+
+// DropPackets and DuplicatePackets: `count` packets to `target` more in the
+// plan's `list`.
+absl::Status AddPacketFault(FabricCore& core, PacketFaults& list,
+                            const FaultTarget& target, int count) {
+  absl::StatusOr<ResolvedTarget> resolved = Resolve(core, target);
+  if (!resolved.ok()) return resolved.status();
+  if (count > 0) list.push_back({*resolved, count});
+  return absl::OkStatus();
+}
 
 CallFault MakeCallFault(int error, int times, std::string_view device) {
   CallFault fault;
@@ -194,10 +206,14 @@ absl::Status FaultInjector::FailCompletions(const FaultTarget& target,
 absl::Status FaultInjector::DropPackets(const FaultTarget& target, int count) {
   const NotifyWaiters notify(env_);
   std::lock_guard<internal::CoreMutex> lock(core_->mu);
-  absl::StatusOr<ResolvedTarget> resolved = Resolve(*core_, target);
-  if (!resolved.ok()) return resolved.status();
-  if (count > 0) core_->faults.drops.push_back({*resolved, count});
-  return absl::OkStatus();
+  return AddPacketFault(*core_, core_->faults.drops, target, count);
+}
+
+absl::Status FaultInjector::DuplicatePackets(const FaultTarget& target,
+                                             int count) {
+  const NotifyWaiters notify(env_);
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  return AddPacketFault(*core_, core_->faults.duplicates, target, count);
 }
 
 absl::Status FaultInjector::DelayDelivery(const FaultTarget& target,

@@ -101,11 +101,17 @@ class FaultInjector {
   // for IBV_WC_SUCCESS or an unknown device.
   absl::Status FailCompletions(const FaultTarget& target, ibv_wc_status status,
                                int count = 1);
-  // The next `count` packets addressed to the target QPs (requests to a
-  // responder, acknowledgements and READ responses to a requester) are lost.
+  // The next `count` packets addressed to the target QPs (request packets to
+  // a responder, acknowledgements and READ response packets to a requester;
+  // a message is one packet per path MTU) are lost.
   // The requester retransmits after its transport timeout, up to retry_cnt
   // times, then completes with IBV_WC_RETRY_EXC_ERR.
   absl::Status DropPackets(const FaultTarget& target, int count = 1);
+  // The next `count` request packets arriving at the target QPs (as
+  // responders) arrive twice, the copy right behind the original, as a
+  // network that duplicates does; the responder treats the copy as the
+  // duplicate it is (acknowledged again, a READ answered again).
+  absl::Status DuplicatePackets(const FaultTarget& target, int count = 1);
   // Every packet to the target QPs arrives `delay` later than the link would
   // take, until cleared with a zero delay. A delay beyond the requester's
   // transport timeout causes retransmissions (duplicates are detected by PSN,

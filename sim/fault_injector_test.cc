@@ -15,6 +15,7 @@ namespace rdma_transport::sim {
 namespace {
 
 using std::chrono::microseconds;
+using std::chrono::nanoseconds;
 
 class FaultInjectorTest : public PairTest {
  protected:
@@ -185,12 +186,14 @@ TEST_F(FaultInjectorTest, DelayedDeliveryTakesVirtualTime) {
       faults().DelayDelivery(FaultTarget::Qp(b_->qp_num()), microseconds(50)));
   ASSERT_OK(b_->PostRecv(1, 0, 64));
   ASSERT_OK(a_->PostSend(2, IBV_WR_SEND, 0, 0));
-  fabric_->AdvanceClock(microseconds(50));
+  // The request leaves in 4 ns (its headers at 200 Gb/s) and takes the 1 us
+  // link and the 50 us delay; the ACK 4 ns and 1 us back.
+  fabric_->AdvanceClock(microseconds(51));
   EXPECT_TRUE(b_->PollRecvCq()->empty());
-  fabric_->AdvanceClock(microseconds(1));
+  fabric_->AdvanceClock(nanoseconds(4));
   EXPECT_EQ(b_->PollRecvCq()->size(), 1u);
   fabric_->RunUntilIdle();
-  EXPECT_EQ(fabric_->Now(), microseconds(52));
+  EXPECT_EQ(fabric_->Now(), microseconds(52) + nanoseconds(8));
   EXPECT_EQ(a_->PollSendCq()->size(), 1u);
 
   // A zero delay clears it.
@@ -199,7 +202,7 @@ TEST_F(FaultInjectorTest, DelayedDeliveryTakesVirtualTime) {
   ASSERT_OK(b_->PostRecv(3, 0, 64));
   ASSERT_OK(a_->PostSend(4, IBV_WR_SEND, 0, 0));
   fabric_->RunUntilIdle();
-  EXPECT_EQ(fabric_->Now(), microseconds(54));
+  EXPECT_EQ(fabric_->Now(), microseconds(54) + nanoseconds(16));
 }
 
 TEST_F(FaultInjectorTest, DelayBeyondTheTimeoutCausesHarmlessDuplicates) {

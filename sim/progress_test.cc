@@ -40,12 +40,14 @@ TEST_F(ProgressTest, ManualModeMovesOnlyWhenStepped) {
   ASSERT_TRUE(fabric_->Step());  // a_ transmits.
   EXPECT_EQ(fabric_->Now(), nanoseconds(0));
   EXPECT_TRUE(b_->PollRecvCq()->empty());
-  ASSERT_TRUE(fabric_->Step());  // The request arrives, 1 us later.
-  EXPECT_EQ(fabric_->Now(), microseconds(1));
+  // The request arrives 1 us after its headers (82 bytes at 200 Gb/s,
+  // 3.28 ns) left.
+  ASSERT_TRUE(fabric_->Step());
+  EXPECT_EQ(fabric_->Now(), microseconds(1) + nanoseconds(4));
   EXPECT_EQ(b_->PollRecvCq()->size(), 1u);
   EXPECT_TRUE(a_->PollSendCq()->empty());
   ASSERT_TRUE(fabric_->Step());  // The ACK arrives.
-  EXPECT_EQ(fabric_->Now(), microseconds(2));
+  EXPECT_EQ(fabric_->Now(), microseconds(2) + nanoseconds(8));
   EXPECT_EQ(a_->PollSendCq()->size(), 1u);
   EXPECT_FALSE(fabric_->Step());
 }
@@ -53,16 +55,17 @@ TEST_F(ProgressTest, ManualModeMovesOnlyWhenStepped) {
 TEST_F(ProgressTest, AdvanceClockRunsWhatIsDue) {
   ASSERT_NO_FATAL_FAILURE(ConnectManual());
   ASSERT_OK(b_->PostRecv(1, 0, 4096));
-  // 4000 bytes at 100 Gb/s serialise in 320 ns.
+  // 4000 bytes in four 1 KiB packets with 82 bytes of headers each
+  // serialise at 200 Gb/s in 173.12 ns; the last arrives at 1174 ns.
   ASSERT_OK(a_->PostSend(2, IBV_WR_SEND, 0, 4000));
-  fabric_->AdvanceClock(nanoseconds(1319));
+  fabric_->AdvanceClock(nanoseconds(1173));
   EXPECT_TRUE(b_->PollRecvCq()->empty());
   fabric_->AdvanceClock(nanoseconds(1));
-  EXPECT_EQ(fabric_->Now(), nanoseconds(1320));
+  EXPECT_EQ(fabric_->Now(), nanoseconds(1174));
   EXPECT_EQ(b_->PollRecvCq()->size(), 1u);
   fabric_->AdvanceClock(microseconds(5));
   EXPECT_EQ(a_->PollSendCq()->size(), 1u);
-  EXPECT_EQ(fabric_->Now(), nanoseconds(6320));
+  EXPECT_EQ(fabric_->Now(), nanoseconds(6174));
 }
 
 TEST_F(ProgressTest, InlinePayloadIsCopiedAtPostOthersAtTransmission) {
@@ -116,8 +119,10 @@ TEST_F(ProgressTest, FiniteRnrRetryEndsInRnrRetryExceeded) {
   const SimCounters counters = *fabric_->DeviceCounters(a_->device());
   EXPECT_EQ(counters.rnr_naks, 4u);
   EXPECT_EQ(counters.retransmissions, 3u);
-  // Four round trips of 2 us, three RNR waits of 10 us.
-  EXPECT_EQ(fabric_->Now() - before, microseconds(4 * 2 + 3 * 10));
+  // Four round trips of 2 us (and 8 ns of headers), three RNR waits of
+  // 10 us.
+  EXPECT_EQ(fabric_->Now() - before,
+            microseconds(4 * 2 + 3 * 10) + nanoseconds(4 * 8));
 }
 
 TEST_F(ProgressTest, InfiniteRnrRetryWaitsForAReceive) {
@@ -147,13 +152,14 @@ TEST_F(ProgressTest, InfiniteRnrResumesNoEarlierThanTheRnrTimer) {
   ASSERT_NO_FATAL_FAILURE(ConnectManual({}, connect));
   ASSERT_OK(a_->PostSend(1, IBV_WR_SEND, 0, 4));
   fabric_->RunUntilIdle();
-  EXPECT_EQ(fabric_->Now(), microseconds(2));  // RNR NAK received.
+  // RNR NAK received (a round trip and its headers).
+  EXPECT_EQ(fabric_->Now(), microseconds(2) + nanoseconds(8));
   ASSERT_OK(b_->PostRecv(10, 0, 64));
   EXPECT_TRUE(b_->PollRecvCq()->empty());  // Manual: nothing moved yet.
   fabric_->RunUntilIdle();
   EXPECT_EQ(PollOneRecv(*b_).wr_id, 10u);
-  // Retried at 2 us + 1280 us, answered 2 us later.
-  EXPECT_EQ(fabric_->Now(), microseconds(2 + 1280 + 2));
+  // Retried 1280 us after the NAK, answered a round trip later.
+  EXPECT_EQ(fabric_->Now(), microseconds(2 + 1280 + 2) + nanoseconds(16));
   EXPECT_EQ(PollOneSend(*a_).status, IBV_WC_SUCCESS);
 }
 

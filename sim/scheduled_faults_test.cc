@@ -16,15 +16,14 @@ namespace {
 using std::chrono::microseconds;
 using std::chrono::nanoseconds;
 
-// The transfer: eight signalled 16 KiB RDMA WRITEs posted as one chain. Each
-// takes 2.31 us out (1 us latency + 1.31 us at 100 Gb/s) and 1 us for the
-// ACK, so WRITE k (from 0) is transmitted at 3.31 k us; the fourth leaves at
-// 9.93 us and would arrive at 12.24 us.
-constexpr int kWrites = 8;
+// The transfer: 16 signalled 16 KiB RDMA WRITEs posted as one chain, all in
+// flight at once (the send window is far larger), back to back on 100 Gb/s
+// links: 1.4 us each (sixteen 1 KiB packets and their headers), 22 us in
+// all, so a fault at 10 us meets it mid-way.
+constexpr int kWrites = 16;
 constexpr uint32_t kWriteBytes = 16 * 1024;
-constexpr nanoseconds kPerWrite{3310};
-// timeout 1: a retransmission 2.31 + 1 + 8.192 us after a transmission.
-constexpr nanoseconds kRetryPeriod{11502};
+// timeout 1: the transport timer, 8.192 us after the last progress.
+constexpr nanoseconds kTimeout{8192};
 
 class ScheduledFaultsTest : public PairTest,
                             public ::testing::WithParamInterface<ProgressMode> {
@@ -35,6 +34,7 @@ class ScheduledFaultsTest : public PairTest,
     connect.retry_cnt = 2;
     FabricOptions options;
     options.progress_mode = GetParam();
+    options.link_gbps = 100;
     ASSERT_NO_FATAL_FAILURE(
         Connect(ConnectX6(), ConnectX6(), {}, connect, options));
   }
@@ -68,18 +68,25 @@ class ScheduledFaultsTest : public PairTest,
     EXPECT_EQ(fabric_->PendingEvents(), 0u);
   }
 
-  // Checks a_'s send completions: `succeeded` successes, then (if fewer than
-  // all) one IBV_WC_RETRY_EXC_ERR and flushes for the rest, in wr_id order.
-  void ExpectSendCompletions(int succeeded) {
+  // Checks a_'s send completions, in wr_id order: some successes, then (if
+  // fewer than all) one IBV_WC_RETRY_EXC_ERR and flushes for the rest.
+  // Returns the successes.
+  int SendCompletions() {
     const std::vector<ibv_wc> done = *a_->PollSendCq();
-    ASSERT_EQ(done.size(), static_cast<size_t>(kWrites));
-    for (int i = 0; i < kWrites; ++i) {
+    EXPECT_EQ(done.size(), static_cast<size_t>(kWrites));
+    int succeeded = 0;
+    while (succeeded < static_cast<int>(done.size()) &&
+           done[succeeded].status == IBV_WC_SUCCESS) {
+      ++succeeded;
+    }
+    for (int i = 0; i < static_cast<int>(done.size()); ++i) {
       EXPECT_EQ(done[i].wr_id, static_cast<uint64_t>(i));
       const ibv_wc_status expected = i < succeeded    ? IBV_WC_SUCCESS
                                      : i == succeeded ? IBV_WC_RETRY_EXC_ERR
                                                       : IBV_WC_WR_FLUSH_ERR;
       EXPECT_EQ(done[i].status, expected) << "wr_id " << i;
     }
+    return succeeded;
   }
 };
 
@@ -103,15 +110,19 @@ TEST_P(ScheduledFaultsTest, KillDeviceAtKillsMidTransfer) {
   }
   ASSERT_NO_FATAL_FAILURE(Finish());
 
-  // Three WRITEs were acknowledged before 10 us; the fourth (sent at
-  // 9.93 us) found b_ dead, was retransmitted twice and failed when the
-  // third timer ran out.
-  ASSERT_NO_FATAL_FAILURE(ExpectSendCompletions(3));
-  EXPECT_EQ(fabric_->Now(), 3 * kPerWrite + 3 * kRetryPeriod);
+  // The WRITEs acknowledged before 10 us succeeded (about 6 of them); the
+  // next found b_ dead, was sent again twice (go-back-N from its first
+  // unacknowledged packet) and failed when the third timer ran out.
+  const int succeeded = SendCompletions();
+  EXPECT_GT(succeeded, 4);
+  EXPECT_LT(succeeded, 8);
+  EXPECT_GE(fabric_->Now(), at + 3 * kTimeout);
+  EXPECT_LT(fabric_->Now(), at + 3 * kTimeout + microseconds(15));
   EXPECT_EQ(fabric_->DeviceCounters(a_->device())->retransmissions, 2u);
-  EXPECT_EQ(fabric_->DeviceCounters(b_->device())->packets_dropped, 3u);
-  EXPECT_EQ(fabric_->DeviceCounters(b_->device())->payload_bytes_delivered,
-            3u * kWriteBytes);
+  const uint64_t delivered =
+      fabric_->DeviceCounters(b_->device())->payload_bytes_delivered;
+  EXPECT_GE(delivered, uint64_t{kWriteBytes} * succeeded);
+  EXPECT_LT(delivered, uint64_t{kWriteBytes} * kWrites);
 
   std::vector<ibv_async_event> events = TakeAsyncEvents(*b_);
   ASSERT_EQ(events.size(), 2u);
@@ -134,9 +145,11 @@ TEST_P(ScheduledFaultsTest, PortDownAtLosesTheRestOfTheTransfer) {
   }
   ASSERT_NO_FATAL_FAILURE(Finish());
 
-  ASSERT_NO_FATAL_FAILURE(ExpectSendCompletions(3));
-  EXPECT_EQ(fabric_->Now(), 3 * kPerWrite + 3 * kRetryPeriod);
-  EXPECT_EQ(fabric_->DeviceCounters(b_->device())->packets_dropped, 3u);
+  const int succeeded = SendCompletions();
+  EXPECT_GT(succeeded, 4);
+  EXPECT_LT(succeeded, 8);
+  EXPECT_GE(fabric_->Now(), microseconds(10) + 3 * kTimeout);
+  EXPECT_GT(fabric_->DeviceCounters(b_->device())->packets_dropped, 3u);
   EXPECT_EQ(PortState(*b_), IBV_PORT_DOWN);
   EXPECT_EQ(QpState(*b_), IBV_QPS_RTS);  // Only the requester failed.
   std::vector<ibv_async_event> events = TakeAsyncEvents(*b_);
@@ -157,13 +170,14 @@ TEST_P(ScheduledFaultsTest, PortUpAtInTimeLetsTheTransferFinish) {
   }
   ASSERT_NO_FATAL_FAILURE(Finish());
 
-  // The fourth WRITE's one retransmission (at 21.432 us) gets through; the
-  // last four follow.
-  ASSERT_NO_FATAL_FAILURE(ExpectSendCompletions(kWrites));
-  EXPECT_EQ(fabric_->Now(), 3 * kPerWrite + kRetryPeriod + 5 * kPerWrite);
-  EXPECT_EQ(fabric_->DeviceCounters(a_->device())->retransmissions, 1u);
-  EXPECT_EQ(fabric_->DeviceCounters(b_->device())->packets_dropped, 1u);
-  EXPECT_EQ(fabric_->DeviceCounters(b_->device())->payload_bytes_delivered,
+  // What was lost between 10 and 20 us is sent again from the first
+  // unacknowledged packet when the timer runs out after the port is back;
+  // every WRITE succeeds.
+  EXPECT_EQ(SendCompletions(), kWrites);
+  EXPECT_GT(fabric_->Now(), microseconds(20));
+  EXPECT_GE(fabric_->DeviceCounters(a_->device())->retransmissions, 1u);
+  EXPECT_GT(fabric_->DeviceCounters(b_->device())->packets_dropped, 1u);
+  EXPECT_GE(fabric_->DeviceCounters(b_->device())->payload_bytes_delivered,
             kWrites * kWriteBytes);
   std::vector<ibv_async_event> events = TakeAsyncEvents(*b_);
   ASSERT_EQ(events.size(), 2u);
@@ -179,8 +193,10 @@ TEST_P(ScheduledFaultsTest, ClearCancelsScheduledFaults) {
   EXPECT_EQ(fabric_->PendingEvents(), 0u);
   ASSERT_NO_FATAL_FAILURE(PostTransfer());
   ASSERT_NO_FATAL_FAILURE(Finish());
-  ASSERT_NO_FATAL_FAILURE(ExpectSendCompletions(kWrites));
-  EXPECT_EQ(fabric_->Now(), kWrites * kPerWrite);
+  EXPECT_EQ(SendCompletions(), kWrites);
+  // Pipelined: the data's serialisation plus one round trip.
+  EXPECT_LT(fabric_->Now(), microseconds(26));
+  EXPECT_EQ(fabric_->DeviceCounters(a_->device())->retransmissions, 0u);
   EXPECT_TRUE(TakeAsyncEvents(*a_).empty());
   EXPECT_TRUE(TakeAsyncEvents(*b_).empty());
 }

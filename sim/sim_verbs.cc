@@ -896,6 +896,10 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
   qp->sq_inline.resize(size_t{cap.max_send_wr} * cap.max_inline_data);
   qp->rq.resize(cap.max_recv_wr);
   qp->rq_sges.resize(size_t{cap.max_recv_wr} * cap.max_recv_sge);
+  // The index of the packet buffers, for the first packets in flight; the
+  // buffers themselves come with the traffic (link.cc).
+  qp->payloads.reserve(internal::kPayloadSlotsAtCreate);
+  qp->free_payloads.reserve(internal::kPayloadSlotsAtCreate);
   ibv_qp& verbs = qp->verbs;
   verbs.context = &context->verbs;
   verbs.qp_context = init_attr->qp_context;
@@ -989,7 +993,9 @@ absl::Status SimVerbs::ModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
         sim->state = to;
         break;
       case IBV_QPS_RTS:
-        if (from == IBV_QPS_RTR) sim->next_psn = sim->attr.sq_psn;
+        if (from == IBV_QPS_RTR) {
+          sim->next_psn = sim->una_psn = sim->attr.sq_psn;
+        }
         sim->state = to;
         break;
       default:

@@ -103,6 +103,31 @@ TEST_F(SrqTest, ReceivesAreTakenInPostingOrderWhicheverQpAMessageReaches) {
   EXPECT_EQ(VerbsErrno(responders_[0]->PostRecv(1, 0, 64)), EINVAL);
 }
 
+TEST_F(SrqTest, AMessageKeepsTheReceiveItsFirstPacketClaimed) {
+  // QP 0's message is six 1024-byte packets, QP 1's one packet; both leave
+  // one port, taking turns, so QP 1's message arrives between QP 0's first
+  // and last packet. The receive QP 0's first packet took stays its own.
+  ASSERT_NO_FATAL_FAILURE(SetUpSrq(2));
+  fabric_->set_progress_mode(ProgressMode::kManual);  // both posted first
+  ASSERT_OK(PostSrqRecv(100, 0, 8192));
+  ASSERT_OK(PostSrqRecv(101, 8192, 8192));
+  ASSERT_NO_FATAL_FAILURE(Send(0, 1, 6000, 0x51));
+  ASSERT_NO_FATAL_FAILURE(Send(1, 2, 100, 0x52));
+  fabric_->RunUntilIdle();
+  const ibv_wc first = PollOneRecv(*responders_[0]);
+  const ibv_wc second = PollOneRecv(*responders_[1]);
+  EXPECT_EQ(first.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(first.wr_id, 100u);
+  EXPECT_EQ(first.byte_len, 6000u);
+  EXPECT_EQ(second.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(second.wr_id, 101u);
+  EXPECT_EQ(second.byte_len, 100u);
+  const std::vector<uint8_t> long_message(6000, 0x51);
+  const std::vector<uint8_t> short_message(100, 0x52);
+  EXPECT_EQ(std::memcmp(b_->data(), long_message.data(), 6000), 0);
+  EXPECT_EQ(std::memcmp(b_->data() + 8192, short_message.data(), 100), 0);
+}
+
 TEST_F(SrqTest, AnEmptySrqRnrNaksUntilAReceiveIsPosted) {
   ASSERT_NO_FATAL_FAILURE(SetUpSrq(2));  // rnr_retry 7: retry forever
   ASSERT_NO_FATAL_FAILURE(Send(1, 7, 64, 0x11));

@@ -14,7 +14,7 @@ namespace rdma_transport::sim {
 [[maybe_unused]] void DocExample(Fabric& fabric, SimVerbs& verbs, ibv_qp* qp,
                                  ibv_cq* cq, const ibv_gid& gid,
                                  const std::string& b,
-                                 ibv_send_wr* chain_of_eight) {
+                                 ibv_send_wr* chain_of_sixteen) {
   FaultInjector& faults = fabric.faults();
   ibv_send_wr* bad = nullptr;
   // doc-example block

@@ -1,5 +1,7 @@
-// The simulated NIC's data path: posting, polling, and the event handlers
-// that move messages between QPs. See fabric_core.h for the model.
+// The simulated NIC's data path around the wire: posting, polling,
+// completions and flushes, routes, data-path faults, memory checks and local
+// operations. The RC protocol itself is in requester.cc and responder.cc,
+// the links in link.cc. See fabric_core.h for the model.
 
 #include <unistd.h>
 
@@ -8,48 +10,16 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "sim/internal/fabric_core.h"
+#include "sim/internal/packets.h"
 #include "verbs_shim/verbs_error.h"
 #include "verbs_shim/verbs_names.h"
 
 namespace rdma_transport::sim::internal {
 namespace {
-
-constexpr uint32_t kPsnMask = 0xFFFFFF;
-// PSNs up to 2^23 behind the expected one are duplicates; ahead of it they
-// are out of sequence (IB spec 9.7.4.1.2).
-constexpr uint32_t kPsnHalfWindow = 0x800000;
-// rnr_retry 7 means "retry forever".
-constexpr uint8_t kInfiniteRnrRetry = 7;
-
-// The local ACK timeout: 4.096 us * 2^timeout (0 means infinite; callers
-// check).
-Nanos TransportTimeout(uint8_t timeout) {
-  return Nanos(int64_t{4096} << std::min<uint8_t>(timeout, 31));
-}
-
-// The RNR NAK timer encoding of the IB spec (table 45), in microseconds.
-Nanos RnrDelay(uint8_t min_rnr_timer) {
-  static constexpr int64_t kMicros[32] = {
-      655360, 10,    20,    30,     40,     60,     80,     120,
-      160,    240,   320,   480,    640,    960,    1280,   1920,
-      2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
-      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
-  return std::chrono::microseconds(kMicros[min_rnr_timer & 31]);
-}
-
-uint32_t PacketCount(uint64_t length, ibv_mtu path_mtu) {
-  uint64_t mtu = static_cast<uint64_t>(MtuBytes(path_mtu));
-  if (mtu == 0) mtu = 1024;
-  return static_cast<uint32_t>(std::max<uint64_t>(1, (length + mtu - 1) / mtu));
-}
-
-bool CarriesPayload(ibv_wr_opcode opcode) {
-  return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
-         opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-}
 
 bool IsSupportedOpcode(int opcode) {
   return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
@@ -58,38 +28,9 @@ bool IsSupportedOpcode(int opcode) {
          opcode == IBV_WR_LOCAL_INV;
 }
 
-// Work requests the NIC executes without sending anything.
-bool IsLocalOp(ibv_wr_opcode opcode) {
-  return opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV;
-}
-
 bool InsideRange(uint64_t start, uint64_t size, uint64_t addr,
                  uint64_t length) {
   return addr >= start && length <= size && addr - start <= size - length;
-}
-
-ibv_wc_opcode SendCompletionOpcode(ibv_wr_opcode opcode) {
-  switch (opcode) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-      return IBV_WC_RDMA_READ;
-    case IBV_WR_BIND_MW:
-      return IBV_WC_BIND_MW;
-    case IBV_WR_LOCAL_INV:
-      return IBV_WC_LOCAL_INV;
-    default:
-      return IBV_WC_SEND;
-  }
-}
-
-void* AsPointer(uint64_t address) {
-  return reinterpret_cast<void*>(static_cast<uintptr_t>(address));
-}
-
-bool IsReceiving(ibv_qp_state state) {
-  return state == IBV_QPS_RTR || state == IBV_QPS_RTS || state == IBV_QPS_SQD;
 }
 
 }  // namespace
@@ -324,21 +265,7 @@ absl::StatusOr<int> FabricCore::PollCqLocked(SimCq& cq, int num_entries,
   return count;
 }
 
-// --- Requester ---
-
-void FabricCore::KickSendQueueLocked(SimQp& qp) {
-  if (qp.state != IBV_QPS_RTS || qp.transmit_scheduled || qp.in_flight ||
-      qp.rnr_waiting || qp.sq_active == qp.sq_posted) {
-    return;
-  }
-  Event event;
-  event.kind = EventKind::kTransmit;
-  event.time = now;
-  event.qp_num = qp.qp_num;
-  event.epoch = qp.epoch;
-  qp.transmit_scheduled = true;
-  ScheduleLocked(event);
-}
+// --- Flushes ---
 
 void FabricCore::ScheduleFlushLocked(SimQp& qp) {
   if (qp.flush_scheduled) return;
@@ -349,246 +276,6 @@ void FabricCore::ScheduleFlushLocked(SimQp& qp) {
   event.qp_num = qp.qp_num;
   event.epoch = qp.epoch;
   ScheduleLocked(event);
-}
-
-void FabricCore::HandleTransmitLocked(const Event& event) {
-  SimQp* qp = FindQpByNum(event.qp_num);
-  if (qp == nullptr || qp->epoch != event.epoch) return;
-  qp->transmit_scheduled = false;
-  if (qp->in_flight || qp->rnr_waiting || qp->sq_active == qp->sq_posted) {
-    return;
-  }
-  // SQD lets the message already started finish; nothing new starts.
-  const bool started = qp->send_slot(qp->sq_active).transmissions > 0;
-  if (qp->state != IBV_QPS_RTS && !(qp->state == IBV_QPS_SQD && started)) {
-    return;
-  }
-  TransmitHeadLocked(*qp);
-}
-
-void FabricCore::TransmitHeadLocked(SimQp& qp) {
-  const uint64_t index = qp.sq_active;
-  SendWqe& wqe = qp.send_slot(index);
-  Device& device = *qp.device;
-  if (wqe.transmissions == 0) {
-    if (std::optional<ibv_wc_status> injected =
-            ConsumeCompletionFaultLocked(qp)) {
-      CompleteHeadSendLocked(qp, *injected);
-      return;
-    }
-    if (IsLocalOp(wqe.opcode)) {
-      // Executed by the NIC in send queue order, without a packet or a PSN.
-      CompleteHeadSendLocked(qp, ExecuteLocalOpLocked(qp, wqe));
-      return;
-    }
-    if (wqe.length > device.profile.max_msg_size) {
-      CompleteHeadSendLocked(qp, IBV_WC_LOC_LEN_ERR);
-      return;
-    }
-    wqe.packet_count = PacketCount(wqe.length, qp.attr.path_mtu);
-    wqe.psn = qp.next_psn;
-    qp.next_psn = (qp.next_psn + wqe.packet_count) & kPsnMask;
-    qp.retries_left = qp.attr.retry_cnt;
-    qp.rnr_retries_left = qp.attr.rnr_retry;
-  }
-
-  // The NIC reads the payload from host memory now, at transmission (again on
-  // every retransmission); inline payloads were copied at post time.
-  const ibv_sge* sges = qp.send_sges(index);
-  if (CarriesPayload(wqe.opcode) && !wqe.is_inline) {
-    if (qp.tx_payload.size() < wqe.length) qp.tx_payload.resize(wqe.length);
-    uint8_t* out = qp.tx_payload.data();
-    for (uint32_t i = 0; i < wqe.num_sge; ++i) {
-      const ibv_sge& sge = sges[i];
-      if (sge.length == 0) continue;
-      if (FindMrForAccessLocked(device, *qp.pd, sge.lkey, sge.addr, sge.length,
-                                /*required_access=*/0) == nullptr) {
-        CompleteHeadSendLocked(qp, IBV_WC_LOC_PROT_ERR);
-        return;
-      }
-      std::memcpy(out, AsPointer(sge.addr), sge.length);
-      out += sge.length;
-    }
-    device.counters.dma_read_bytes += wqe.length;
-  } else if (wqe.opcode == IBV_WR_RDMA_READ) {
-    for (uint32_t i = 0; i < wqe.num_sge; ++i) {
-      const ibv_sge& sge = sges[i];
-      if (sge.length == 0) continue;
-      if (FindMrForAccessLocked(device, *qp.pd, sge.lkey, sge.addr, sge.length,
-                                IBV_ACCESS_LOCAL_WRITE) == nullptr) {
-        CompleteHeadSendLocked(qp, IBV_WC_LOC_PROT_ERR);
-        return;
-      }
-    }
-  }
-
-  ++wqe.transmissions;
-  ++qp.attempt;
-  qp.in_flight = true;
-  ++device.counters.packets_sent;
-  ++device.counters.packets_by_traffic_class[WireTrafficClass(qp)];
-  const uint64_t request_bytes =
-      wqe.opcode == IBV_WR_RDMA_READ ? 0 : wqe.length;
-  const Nanos wire_time = WireTime(request_bytes);
-
-  Device* responder_device = nullptr;
-  if (!device.link_up()) {
-    // Our own port is down: nothing leaves.
-    CountPacketLostLocked(device, qp.qp_num);
-  } else if (SimQp* responder = RouteLocked(qp, &responder_device);
-             responder != nullptr) {
-    Event arrive;
-    arrive.kind = EventKind::kArrive;
-    arrive.time = now + wire_time + ExtraDelayLocked(*responder);
-    arrive.qp_num = qp.qp_num;
-    arrive.epoch = qp.epoch;
-    arrive.wqe_index = index;
-    arrive.attempt = qp.attempt;
-    arrive.responder_device = responder_device->index;
-    arrive.responder_qp_num = responder->qp_num;
-    ScheduleLocked(arrive);
-  } else {
-    // No such GID/LID, a dead device or a port down, or no such QP: the
-    // packet is lost.
-    Device& where = responder_device != nullptr ? *responder_device : device;
-    CountPacketLostLocked(where, qp.qp_num);
-  }
-
-  if (qp.attr.timeout != 0) {
-    Event timer;
-    timer.kind = EventKind::kRetryTimer;
-    const uint64_t response_bytes =
-        wqe.opcode == IBV_WR_RDMA_READ ? wqe.length : 0;
-    timer.time = now + wire_time + WireTime(response_bytes) +
-                 TransportTimeout(qp.attr.timeout);
-    timer.qp_num = qp.qp_num;
-    timer.epoch = qp.epoch;
-    timer.wqe_index = index;
-    timer.attempt = qp.attempt;
-    ScheduleLocked(timer);
-  }
-}
-
-void FabricCore::CompleteHeadSendLocked(SimQp& qp, ibv_wc_status status) {
-  const uint64_t index = qp.sq_active;
-  const SendWqe& wqe = qp.send_slot(index);
-  if (status != IBV_WC_SUCCESS || wqe.signaled) {
-    CqEntry entry;
-    entry.wc.wr_id = wqe.wr_id;
-    entry.wc.status = status;
-    entry.wc.opcode = SendCompletionOpcode(wqe.opcode);
-    entry.wc.byte_len =
-        status == IBV_WC_SUCCESS ? static_cast<uint32_t>(wqe.length) : 0;
-    entry.wc.qp_num = qp.qp_num;
-    entry.qp_num = qp.qp_num;
-    entry.wqe_index = index;
-    entry.is_send = true;
-    WriteCqeLocked(*qp.send_cq, entry);
-  }
-  ++qp.sq_active;
-  qp.in_flight = false;
-  if (status != IBV_WC_SUCCESS) {
-    EnterErrorLocked(qp);
-  } else {
-    KickSendQueueLocked(qp);
-  }
-}
-
-void FabricCore::HandleResponseLocked(const Event& event) {
-  SimQp* qp = FindQpByNum(event.qp_num);
-  if (qp == nullptr || qp->epoch != event.epoch ||
-      qp->sq_active != event.wqe_index || qp->sq_active == qp->sq_posted) {
-    return;  // The requester has moved on: a stale duplicate.
-  }
-  // A port that went down while the packet was on the wire loses it.
-  if (!qp->device->link_up() || ConsumeDropLocked(*qp)) {
-    CountPacketLostLocked(*qp->device, qp->qp_num);
-    return;
-  }
-  const SendWqe& wqe = qp->send_slot(event.wqe_index);
-  switch (event.reply) {
-    case Reply::kAck: {
-      // Any acknowledgement of the head WQE completes it, even one answering
-      // an earlier transmission.
-      if (qp->rnr_waiting) {
-        qp->rnr_waiting = false;
-        std::erase(rnr_waiters_, qp->qp_num);
-      }
-      qp->in_flight = false;
-      if (wqe.opcode == IBV_WR_RDMA_READ) {
-        const ibv_sge* sges = qp->send_sges(event.wqe_index);
-        const uint8_t* in = qp->read_payload.data();
-        for (uint32_t i = 0; i < wqe.num_sge; ++i) {
-          const ibv_sge& sge = sges[i];
-          if (sge.length == 0) continue;
-          if (FindMrForAccessLocked(*qp->device, *qp->pd, sge.lkey, sge.addr,
-                                    sge.length,
-                                    IBV_ACCESS_LOCAL_WRITE) == nullptr) {
-            CompleteHeadSendLocked(*qp, IBV_WC_LOC_PROT_ERR);
-            return;
-          }
-          std::memcpy(AsPointer(sge.addr), in, sge.length);
-          in += sge.length;
-        }
-        qp->device->counters.payload_bytes_delivered += wqe.length;
-      }
-      CompleteHeadSendLocked(*qp, IBV_WC_SUCCESS);
-      return;
-    }
-    case Reply::kRnrNak: {
-      if (!qp->in_flight || event.attempt != qp->attempt) return;
-      qp->in_flight = false;
-      ++qp->device->counters.rnr_naks;
-      if (qp->attr.rnr_retry == kInfiniteRnrRetry) {
-        // Retry forever: wait until the responder has a receive posted.
-        qp->rnr_waiting = true;
-        qp->rnr_responder_qp_num = event.responder_qp_num;
-        qp->rnr_resume_not_before = now + event.rnr_delay;
-        rnr_waiters_.push_back(qp->qp_num);
-        SimQp* responder = FindQpByNum(event.responder_qp_num);
-        if (responder == nullptr || !IsReceiving(responder->state) ||
-            HasReceive(*responder)) {
-          WakeRnrWaitersLocked(event.responder_qp_num);
-        }
-        return;
-      }
-      if (qp->rnr_retries_left > 0) {
-        --qp->rnr_retries_left;
-        ++qp->device->counters.retransmissions;
-        Event retry;
-        retry.kind = EventKind::kTransmit;
-        retry.time = now + event.rnr_delay;
-        retry.qp_num = qp->qp_num;
-        retry.epoch = qp->epoch;
-        qp->transmit_scheduled = true;
-        ScheduleLocked(retry);
-        return;
-      }
-      CompleteHeadSendLocked(*qp, IBV_WC_RNR_RETRY_EXC_ERR);
-      return;
-    }
-    case Reply::kErrorNak:
-      if (!qp->in_flight || event.attempt != qp->attempt) return;
-      CompleteHeadSendLocked(*qp, event.nak_status);
-      return;
-  }
-}
-
-void FabricCore::HandleRetryTimerLocked(const Event& event) {
-  SimQp* qp = FindQpByNum(event.qp_num);
-  if (qp == nullptr || qp->epoch != event.epoch ||
-      qp->sq_active != event.wqe_index || !qp->in_flight ||
-      qp->attempt != event.attempt) {
-    return;  // Answered in time, or superseded.
-  }
-  qp->in_flight = false;
-  if (qp->retries_left > 0) {
-    --qp->retries_left;
-    ++qp->device->counters.retransmissions;
-    TransmitHeadLocked(*qp);
-    return;
-  }
-  CompleteHeadSendLocked(*qp, IBV_WC_RETRY_EXC_ERR);
 }
 
 void FabricCore::HandleFlushLocked(const Event& event) {
@@ -610,8 +297,24 @@ void FabricCore::HandleFlushLocked(const Event& event) {
     entry.is_send = true;
     WriteCqeLocked(*qp->send_cq, entry);
   }
+  qp->sq_next = qp->tx_wqe = qp->sq_active;
+  qp->tx_packet = 0;
+  qp->reads_in_flight = 0;
   // An SRQ's receives are not the QP's: they stay posted for the other QPs
-  // attached to it (IBV_EVENT_QP_LAST_WQE_REACHED is not simulated).
+  // attached to it (IBV_EVENT_QP_LAST_WQE_REACHED is not simulated), all but
+  // the one a message cut short by the error had claimed.
+  if (qp->srq_claimed.has_value()) {
+    CqEntry entry;
+    entry.wc.wr_id = qp->srq->slot(*qp->srq_claimed).wr_id;
+    entry.wc.status = IBV_WC_WR_FLUSH_ERR;
+    entry.wc.opcode = IBV_WC_RECV;
+    entry.wc.qp_num = qp->qp_num;
+    entry.qp_num = qp->qp_num;
+    entry.wqe_index = *qp->srq_claimed;
+    entry.from_srq = true;
+    qp->srq_claimed.reset();
+    WriteCqeLocked(*qp->recv_cq, entry);
+  }
   for (; qp->rq_consumed < qp->rq_posted; ++qp->rq_consumed) {
     CqEntry entry;
     entry.wc.wr_id = qp->recv_slot(qp->rq_consumed).wr_id;
@@ -622,197 +325,6 @@ void FabricCore::HandleFlushLocked(const Event& event) {
     entry.wqe_index = qp->rq_consumed;
     WriteCqeLocked(*qp->recv_cq, entry);
   }
-}
-
-// --- Responder ---
-
-void FabricCore::HandleArriveLocked(const Event& event) {
-  SimQp* requester = FindQpByNum(event.qp_num);
-  if (requester == nullptr || requester->epoch != event.epoch ||
-      requester->sq_active != event.wqe_index ||
-      requester->sq_active == requester->sq_posted) {
-    // The requester completed this WQE already (an earlier copy was
-    // answered) or was reset: this copy is a late duplicate.
-    return;
-  }
-  Device& device = *devices[event.responder_device];
-  SimQp* responder = nullptr;
-  if (device.link_up()) {
-    responder = FindQpOnDevice(device, event.responder_qp_num);
-  }
-  if (responder == nullptr || ConsumeDropLocked(*responder) ||
-      !IsReceiving(responder->state)) {
-    CountPacketLostLocked(device, event.responder_qp_num);
-    return;
-  }
-  const SendWqe& wqe = requester->send_slot(event.wqe_index);
-  const uint32_t distance = (wqe.psn - responder->expected_psn) & kPsnMask;
-  if (distance != 0 && distance < kPsnHalfWindow) {
-    // Ahead of the expected PSN: out of sequence, silently discarded.
-    CountPacketLostLocked(device, responder->qp_num);
-    return;
-  }
-  const bool duplicate = distance != 0;
-  const ResponderOutcome outcome = ExecuteRequestLocked(
-      *requester, wqe, event.wqe_index, *responder, duplicate);
-
-  ++device.counters.packets_sent;
-  ++device.counters.packets_by_traffic_class[WireTrafficClass(*responder)];
-  Event reply;
-  reply.kind = EventKind::kResponse;
-  reply.time =
-      now + WireTime(outcome.response_bytes) + ExtraDelayLocked(*requester);
-  reply.qp_num = requester->qp_num;
-  reply.epoch = event.epoch;
-  reply.wqe_index = event.wqe_index;
-  reply.attempt = event.attempt;
-  reply.responder_device = event.responder_device;
-  reply.responder_qp_num = responder->qp_num;
-  reply.reply = outcome.reply;
-  reply.nak_status = outcome.nak_status;
-  reply.rnr_delay = outcome.rnr_delay;
-  ScheduleLocked(reply);
-}
-
-FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
-    SimQp& requester, const SendWqe& wqe, uint64_t wqe_index, SimQp& responder,
-    bool duplicate) {
-  ResponderOutcome outcome;
-  // A duplicate is acknowledged again without executing it again, except an
-  // RDMA READ, whose response is regenerated.
-  if (duplicate && wqe.opcode != IBV_WR_RDMA_READ) return outcome;
-
-  Device& device = *responder.device;
-  // Class C responder errors: NAK the requester and move the responder's QP to
-  // ERR as well. `event` is raised when no CQE reports the error.
-  auto fail = [&](ibv_wc_status requester_status,
-                  std::optional<ibv_event_type> event) {
-    EnterErrorLocked(responder);
-    if (event.has_value()) {
-      RaiseAsyncEventLocked(*responder.context, *event, AsyncEventTarget::kQp,
-                            &responder.verbs, responder.qp_num);
-    }
-    outcome.reply = Reply::kErrorNak;
-    outcome.nak_status = requester_status;
-    return outcome;
-  };
-  const uint8_t* payload = wqe.is_inline ? requester.send_inline(wqe_index)
-                                         : requester.tx_payload.data();
-  const bool is_write = wqe.opcode == IBV_WR_RDMA_WRITE ||
-                        wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-  const bool needs_receive = wqe.opcode == IBV_WR_SEND ||
-                             wqe.opcode == IBV_WR_SEND_WITH_IMM ||
-                             wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-
-  if (is_write) {
-    if ((responder.attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE) == 0) {
-      return fail(IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
-    }
-    // A zero-length RDMA WRITE checks no R_Key (IB spec 9.7.5.2.3).
-    if (wqe.length > 0 &&
-        !RemoteKeyAllowsLocked(responder, wqe.rkey, wqe.remote_addr, wqe.length,
-                               IBV_ACCESS_REMOTE_WRITE)) {
-      return fail(IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
-    }
-  }
-  if (wqe.opcode == IBV_WR_RDMA_READ) {
-    if ((responder.attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) == 0 ||
-        responder.attr.max_dest_rd_atomic == 0) {
-      return fail(IBV_WC_REM_INV_REQ_ERR, IBV_EVENT_QP_REQ_ERR);
-    }
-    if (wqe.length > 0 &&
-        !RemoteKeyAllowsLocked(responder, wqe.rkey, wqe.remote_addr, wqe.length,
-                               IBV_ACCESS_REMOTE_READ)) {
-      return fail(IBV_WC_REM_ACCESS_ERR, IBV_EVENT_QP_ACCESS_ERR);
-    }
-    if (requester.read_payload.size() < wqe.length) {
-      requester.read_payload.resize(wqe.length);
-    }
-    if (wqe.length > 0) {
-      std::memcpy(requester.read_payload.data(), AsPointer(wqe.remote_addr),
-                  wqe.length);
-    }
-    device.counters.dma_read_bytes += wqe.length;
-    outcome.response_bytes = wqe.length;
-  }
-  if (needs_receive && !HasReceive(responder)) {
-    outcome.reply = Reply::kRnrNak;
-    outcome.rnr_delay = RnrDelay(responder.attr.min_rnr_timer);
-    return outcome;  // The PSN is not consumed: the request will come again.
-  }
-  if (is_write && wqe.length > 0) {
-    std::memcpy(AsPointer(wqe.remote_addr), payload, wqe.length);
-    device.counters.payload_bytes_delivered += wqe.length;
-  }
-  if (needs_receive) {
-    SimSrq* srq = responder.srq;
-    const uint64_t receive_index =
-        srq != nullptr ? srq->consumed++ : responder.rq_consumed++;
-    const RecvWqe& receive = srq != nullptr
-                                 ? srq->slot(receive_index)
-                                 : responder.recv_slot(receive_index);
-    const ibv_sge* receive_sges = srq != nullptr
-                                      ? srq->slot_sges(receive_index)
-                                      : responder.recv_sges(receive_index);
-    if (srq != nullptr) ConsumedSrqReceiveLocked(*srq);
-    CqEntry entry;
-    entry.wc.wr_id = receive.wr_id;
-    entry.wc.qp_num = responder.qp_num;
-    entry.wc.src_qp = requester.qp_num;
-    entry.wc.slid = requester.device->lid;
-    entry.wc.sl = requester.attr.ah_attr.sl;
-    entry.wc.pkey_index = responder.attr.pkey_index;
-    entry.wc.byte_len = static_cast<uint32_t>(wqe.length);
-    entry.qp_num = responder.qp_num;
-    entry.wqe_index = receive_index;
-    entry.from_srq = srq != nullptr;
-    entry.solicited = wqe.solicited;
-    if (wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-      entry.wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
-    } else {
-      entry.wc.opcode = IBV_WC_RECV;
-      // Scatter the payload over the receive's buffers.
-      const ibv_sge* sges = receive_sges;
-      uint64_t capacity = 0;
-      for (uint32_t i = 0; i < receive.num_sge; ++i) {
-        capacity += sges[i].length;
-      }
-      if (wqe.length > capacity) {
-        entry.wc.status = IBV_WC_LOC_LEN_ERR;
-        entry.wc.byte_len = 0;
-        WriteCqeLocked(*responder.recv_cq, entry);
-        return fail(IBV_WC_REM_INV_REQ_ERR, std::nullopt);
-      }
-      uint64_t offset = 0;
-      for (uint32_t i = 0; i < receive.num_sge && offset < wqe.length; ++i) {
-        const ibv_sge& sge = sges[i];
-        const uint64_t chunk =
-            std::min<uint64_t>(sge.length, wqe.length - offset);
-        if (chunk == 0) continue;
-        if (FindMrForAccessLocked(device, *responder.pd, sge.lkey, sge.addr,
-                                  chunk, IBV_ACCESS_LOCAL_WRITE) == nullptr) {
-          entry.wc.status = IBV_WC_LOC_PROT_ERR;
-          entry.wc.byte_len = 0;
-          WriteCqeLocked(*responder.recv_cq, entry);
-          return fail(IBV_WC_REM_OP_ERR, std::nullopt);
-        }
-        std::memcpy(AsPointer(sge.addr), payload + offset, chunk);
-        offset += chunk;
-      }
-      device.counters.payload_bytes_delivered += wqe.length;
-    }
-    if (wqe.opcode == IBV_WR_SEND_WITH_IMM ||
-        wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-      entry.wc.wc_flags |= IBV_WC_WITH_IMM;
-      entry.wc.imm_data = wqe.imm_data;
-    }
-    WriteCqeLocked(*responder.recv_cq, entry);
-  }
-  if (!duplicate) {
-    responder.expected_psn =
-        (responder.expected_psn + wqe.packet_count) & kPsnMask;
-  }
-  return outcome;
 }
 
 // --- Completions ---
@@ -899,14 +411,6 @@ uint8_t FabricCore::WireTrafficClass(const SimQp& qp) {
       qp.attr.ah_attr.grh.traffic_class);
 }
 
-Nanos FabricCore::WireTime(uint64_t bytes) const {
-  Nanos serialisation{0};
-  if (options.link_gbps > 0) {
-    serialisation = Nanos(static_cast<int64_t>(bytes * 8 / options.link_gbps));
-  }
-  return options.link_latency + serialisation;
-}
-
 Nanos FabricCore::ExtraDelayLocked(const SimQp& destination) const {
   Nanos delay{0};
   for (const FaultPlan::DelayFault& fault : faults.delays) {
@@ -915,11 +419,32 @@ Nanos FabricCore::ExtraDelayLocked(const SimQp& destination) const {
   return delay;
 }
 
-bool FabricCore::ConsumeDropLocked(const SimQp& destination) {
-  for (auto it = faults.drops.begin(); it != faults.drops.end(); ++it) {
+namespace {
+
+// Spends one packet of the first fault in `list` matching `destination`.
+bool ConsumePacketFault(std::vector<FaultPlan::PacketFault>& list,
+                        const SimQp& destination) {
+  for (auto it = list.begin(); it != list.end(); ++it) {
     if (!it->target.Matches(destination)) continue;
-    if (--it->remaining <= 0) faults.drops.erase(it);
+    if (--it->remaining <= 0) list.erase(it);
     return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool FabricCore::ConsumeDropLocked(const SimQp& destination) {
+  return ConsumePacketFault(faults.drops, destination);
+}
+
+bool FabricCore::ConsumeDuplicateLocked(const SimQp& destination) {
+  return ConsumePacketFault(faults.duplicates, destination);
+}
+
+bool FabricCore::HasCompletionFaultLocked(const SimQp& qp) const {
+  for (const FaultPlan::CompletionFault& fault : faults.completions) {
+    if (fault.target.Matches(qp)) return true;
   }
   return false;
 }
@@ -951,6 +476,55 @@ const SimMr* FabricCore::FindMrForAccessLocked(const Device& device,
     return nullptr;
   }
   return mr;
+}
+
+bool FabricCore::CopySgesLocked(const Device& device, const SimPd& pd,
+                                const ibv_sge* sges, uint32_t num_sge,
+                                uint64_t offset, uint8_t* buffer,
+                                uint64_t bytes, int required_access,
+                                bool to_sges) const {
+  uint64_t start = 0;  // Offset in the message of sges[i].
+  for (uint32_t i = 0; i < num_sge && bytes > 0; ++i) {
+    const ibv_sge& sge = sges[i];
+    const uint64_t end = start + sge.length;
+    if (sge.length == 0 || end <= offset) {
+      start = end;
+      continue;
+    }
+    const uint64_t skip = offset - start;
+    const uint64_t chunk = std::min<uint64_t>(sge.length - skip, bytes);
+    if (FindMrForAccessLocked(device, pd, sge.lkey, sge.addr + skip, chunk,
+                              required_access) == nullptr) {
+      return false;
+    }
+    void* host = AsPointer(sge.addr + skip);
+    if (to_sges) {
+      std::memcpy(host, buffer, chunk);
+    } else {
+      std::memcpy(buffer, host, chunk);
+    }
+    buffer += chunk;
+    bytes -= chunk;
+    offset += chunk;
+    start = end;
+  }
+  return bytes == 0;
+}
+
+bool FabricCore::LocalBuffersValidLocked(SimQp& qp, const SendWqe& wqe,
+                                         uint64_t index) {
+  const bool gathers = CarriesPayload(wqe.opcode) && !wqe.is_inline;
+  if (!gathers && wqe.opcode != IBV_WR_RDMA_READ) return true;
+  const int access = gathers ? 0 : IBV_ACCESS_LOCAL_WRITE;
+  const ibv_sge* sges = qp.send_sges(index);
+  for (uint32_t i = 0; i < wqe.num_sge; ++i) {
+    if (sges[i].length == 0) continue;
+    if (FindMrForAccessLocked(*qp.device, *qp.pd, sges[i].lkey, sges[i].addr,
+                              sges[i].length, access) == nullptr) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool FabricCore::RemoteKeyAllowsLocked(const SimQp& responder, uint32_t rkey,

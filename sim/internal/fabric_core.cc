@@ -112,11 +112,9 @@ bool FabricCore::IsStaleLocked(const Event& event) const {
   if (qp == nullptr || qp->epoch != event.epoch) return true;
   switch (event.kind) {
     case EventKind::kRetryTimer:
-      return qp->sq_active != event.wqe_index || !qp->in_flight ||
-             qp->attempt != event.attempt;
-    case EventKind::kArrive:
-    case EventKind::kResponse:
-      return qp->sq_active != event.wqe_index;
+      return !qp->timer_armed || qp->timer_generation != event.attempt;
+    case EventKind::kTransmit:
+      return qp->tx_generation != event.attempt;
     default:
       return false;
   }
@@ -125,6 +123,7 @@ bool FabricCore::IsStaleLocked(const Event& event) const {
 void FabricCore::DropStaleEventsLocked() {
   while (!event_heap_.empty() && IsStaleLocked(event_heap_.front())) {
     std::pop_heap(event_heap_.begin(), event_heap_.end(), Later());
+    ReleasePayloadLocked(event_heap_.back());
     event_heap_.pop_back();
   }
 }
@@ -135,7 +134,7 @@ bool FabricCore::StepLocked() {
   DropStaleEventsLocked();
   if (event_heap_.empty()) return false;
   std::pop_heap(event_heap_.begin(), event_heap_.end(), Later());
-  const Event event = event_heap_.back();
+  const Event event = std::move(event_heap_.back());
   event_heap_.pop_back();
   if (event.time > now) now = event.time;
   ++events_run;
@@ -164,6 +163,7 @@ bool FabricCore::StepLocked() {
       HandleFaultLocked(event);
       break;
   }
+  ReleasePayloadLocked(event);
   DropStaleEventsLocked();
   return true;
 }
@@ -211,8 +211,8 @@ void FabricCore::EnterErrorLocked(SimQp& qp) {
   qp.state = IBV_QPS_ERR;
   qp.verbs.state = IBV_QPS_ERR;
   ++qp.epoch;
-  qp.in_flight = false;
   qp.transmit_scheduled = false;
+  qp.timer_armed = false;
   qp.flush_scheduled = false;
   if (qp.rnr_waiting) {
     qp.rnr_waiting = false;
@@ -229,11 +229,17 @@ void FabricCore::ResetQpLocked(SimQp& qp) {
   ++qp.epoch;
   qp.sq_reclaimed = qp.sq_active = qp.sq_posted = 0;
   qp.rq_reclaimed = qp.rq_consumed = qp.rq_posted = 0;
-  qp.next_psn = 0;
+  qp.srq_claimed.reset();
+  qp.sq_next = qp.tx_wqe = 0;
+  qp.tx_packet = 0;
+  qp.next_psn = qp.una_psn = 0;
+  qp.reads_in_flight = 0;
   qp.expected_psn = 0;
-  qp.in_flight = false;
-  qp.attempt = 0;
+  qp.nak_sent = false;
+  qp.implicit_nak_sent = false;
+  qp.read_resources.clear();
   qp.transmit_scheduled = false;
+  qp.timer_armed = false;
   qp.flush_scheduled = false;
   if (qp.rnr_waiting) {
     qp.rnr_waiting = false;
@@ -285,14 +291,9 @@ void FabricCore::WakeRnrWaitersLocked(uint32_t responder_qp_num) {
     requester->rnr_waiting = false;
     std::erase(rnr_waiters_, qp_num);
     // The requester retries on its RNR timer: not before the NAK's delay.
-    Event event;
-    event.kind = EventKind::kTransmit;
-    event.qp_num = qp_num;
-    event.epoch = requester->epoch;
-    event.time = std::max(now, requester->rnr_resume_not_before);
-    requester->transmit_scheduled = true;
     ++requester->device->counters.retransmissions;
-    ScheduleLocked(event);
+    ScheduleTransmitLocked(*requester,
+                           std::max(now, requester->rnr_resume_not_before));
   }
 }
 

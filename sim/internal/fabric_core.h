@@ -13,15 +13,22 @@
 // entry points return VerbsError() statuses with verbs' errno; the rest
 // cannot fail.
 //
-// The model of one RC connection (see docs/simulator.md):
-//   - A requester transmits its send queue in order, one message at a time
-//     (stop-and-wait: the next message leaves when the previous one is
-//     acknowledged), so RC ordering holds trivially.
-//   - A message arrives after the link latency plus serialisation time plus
-//     any injected delay; the responder checks its PSN, executes it, and
-//     answers with an ACK, an RNR NAK or an error NAK.
-//   - The requester retransmits on its transport timer (retry_cnt times) and
-//     after RNR NAKs (rnr_retry times, 7 = forever, waiting for a receive).
+// The model of one RC connection (see docs/simulator.md, "The RC transport"):
+//   - A requester (requester.cc) starts the WQEs of its send queue in order,
+//     several at a time: each gets its PSNs, one per path-MTU packet, and
+//     its packets leave one by one through the device's port (link.cc), as
+//     long as the send window (kSendWindowPackets unacknowledged PSNs) and
+//     the READ depth (max_rd_atomic) allow.
+//   - A packet reaches the far end after its serialisation on the sender's
+//     port (queued behind whatever the port is sending), the link latency and
+//     any injected delay. The responder (responder.cc) executes requests in
+//     PSN order, acknowledges (coalesced: the last packet of a message, and
+//     every kAckRequestInterval packets), NAKs a sequence error once, RNR-NAKs
+//     a SEND without a receive, and answers a READ with its response packets.
+//   - The requester completes WQEs in order as ACKs and READ responses
+//     arrive, and goes back to the first unacknowledged PSN (go-back-N) on a
+//     sequence NAK, an RNR NAK (after its delay) or its transport timer
+//     (retry_cnt times, rnr_retry times for RNR, 7 = forever).
 //   - Faults scheduled at a virtual time (FaultInjector::*At) are kFault
 //     events in the same queue, so they interleave with the traffic
 //     deterministically.
@@ -115,6 +122,10 @@ struct Device {
   bool dead = false;
   // Port 1 taken down by FaultInjector::PortDown; the device stays.
   bool port_down = false;
+  // Port 1's egress link (link.cc): its rate, and the virtual time, in
+  // picoseconds, until which it is busy serialising packets already queued.
+  uint64_t link_mbps = 0;
+  int64_t egress_free_ps = 0;
   SimCounters counters;
   ibv_device verbs_device{};  // What ibv_context::device points at.
   uint32_t live_pds = 0;
@@ -271,10 +282,13 @@ struct SendWqe {
   uint64_t bind_addr = 0;
   uint64_t bind_length = 0;
   int bind_access = 0;
-  // Set when the WQE first reaches the head of the queue.
+  // Set when the requester starts the WQE (gives it its PSNs).
   uint32_t psn = 0;
   uint32_t packet_count = 0;
+  // Packets of it transmitted, retransmissions included.
   uint32_t transmissions = 0;
+  // RDMA READ: response packets received in order so far.
+  uint32_t read_packets_received = 0;
 };
 
 struct RecvWqe {
@@ -367,30 +381,68 @@ struct SimQp {
   uint64_t rq_reclaimed = 0;
   uint64_t rq_consumed = 0;
   uint64_t rq_posted = 0;
+  // On an SRQ: the shared receive the message arriving now has claimed (at
+  // its first packet, as a NIC does, so that a message on another QP of the
+  // SRQ cannot take it between this one's packets); nullopt between
+  // messages.
+  std::optional<uint64_t> srq_claimed;
 
-  // Requester: the WQE at sq_active is the only one that can be in flight.
+  // Requester (requester.cc). WQEs [sq_active, sq_next) are started: they
+  // have PSNs and are (partly) transmitted. The next packet to transmit is
+  // packet `tx_packet` of WQE `tx_wqe` (sq_active <= tx_wqe <= sq_next; at
+  // sq_next, a new WQE must start first); go-back-N moves it back to
+  // `una_psn`, the oldest PSN not yet acknowledged.
+  uint64_t sq_next = 0;
+  uint64_t tx_wqe = 0;
+  uint32_t tx_packet = 0;
   uint32_t next_psn = 0;
-  bool in_flight = false;
-  uint32_t attempt = 0;
+  uint32_t una_psn = 0;
+  // RDMA READs started and not yet completed (at most max_rd_atomic).
+  uint32_t reads_in_flight = 0;
   int retries_left = 0;
   int rnr_retries_left = 0;
+  // kTransmit events carry tx_generation; rewinding or pausing bumps it.
   bool transmit_scheduled = false;
+  uint32_t tx_generation = 0;
+  // The transport timer: one per QP, restarted whenever the oldest
+  // outstanding PSN is acknowledged; kRetryTimer events carry
+  // timer_generation.
+  bool timer_armed = false;
+  uint32_t timer_generation = 0;
+  // A READ's responses were found missing and it was asked for again; not
+  // again until it makes progress.
+  bool implicit_nak_sent = false;
   bool flush_scheduled = false;
   // Waiting (rnr_retry 7) for a receive on the responder that RNR-NAKed us.
   bool rnr_waiting = false;
   uint32_t rnr_responder_qp_num = 0;
   Nanos rnr_resume_not_before{0};
-  // Gathered payload of the message in flight; READ results. Grown on demand
-  // and then reused.
-  std::vector<uint8_t> tx_payload;
-  std::vector<uint8_t> read_payload;
 
   // The device ah_attr leads to (index into FabricCore::devices), once
   // found; -1 until then, and again whenever IBV_QP_AV is modified.
   int route_device = -1;
 
-  // Responder.
+  // Responder (responder.cc). A NAK (sequence error or RNR) was sent for
+  // expected_psn: later packets are dropped silently until it arrives.
   uint32_t expected_psn = 0;
+  bool nak_sent = false;
+  // RDMA READs being answered: the first PSN and the packet count of each,
+  // oldest first (at most max_dest_rd_atomic).
+  struct ReadResource {
+    uint32_t psn = 0;
+    uint32_t packets = 0;
+  };
+  std::vector<ReadResource> read_resources;
+
+  // The payload buffers of this connection's packets in flight, requests
+  // and READ responses alike (an Event names its buffer by index here and
+  // its requester by qp_num; link.cc). Each buffer is as large as the
+  // largest packet it has carried; free ones are reused; all of them go
+  // with the QP.
+  // Their index is reserved with the QP, kPayloadSlotsAtCreate entries, so
+  // that a connection's first packets add only their own bytes.
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<uint32_t> free_payloads;
 
   uint32_t async_events_delivered = 0;
   uint32_t async_events_acked = 0;
@@ -416,10 +468,10 @@ struct SimQp {
 // --- The event queue ---
 
 enum class EventKind : uint8_t {
-  kTransmit,    // Requester: send the WQE at the head of the send queue.
-  kArrive,      // Responder: a request arrives.
-  kResponse,    // Requester: an ACK / NAK / READ response arrives.
-  kRetryTimer,  // Requester: transport timer of one transmission.
+  kTransmit,    // Requester: send the next packet of the send queue.
+  kArrive,      // Responder: a request packet arrives.
+  kResponse,    // Requester: an ACK / NAK / READ response packet arrives.
+  kRetryTimer,  // Requester: its transport timer expires.
   kFlush,       // A QP in ERR completes its outstanding work with FLUSH_ERR.
   kFault,       // A fault scheduled by FaultInjector::*At() happens.
 };
@@ -427,8 +479,22 @@ enum class EventKind : uint8_t {
 // What a kFault event does to its device.
 enum class ScheduledFault : uint8_t { kKillDevice, kPortDown, kPortUp };
 
-enum class Reply : uint8_t { kAck, kRnrNak, kErrorNak };
+enum class Reply : uint8_t {
+  kAck,           // Everything up to `psn` arrived.
+  kRnrNak,        // `psn` found no receive; retry after `rnr_delay`.
+  kErrorNak,      // `psn` failed with `nak_status` (class C error).
+  kSequenceNak,   // `psn` is the PSN the responder expects (go back to it).
+  kReadResponse,  // Packet `psn` of a READ's data.
+};
 
+// No payload buffer (FabricCore::AcquirePayloadLocked).
+inline constexpr uint32_t kNoPayload = 0xFFFFFFFF;
+// Payload buffer index entries a QP starts with (SimQp::payloads).
+inline constexpr size_t kPayloadSlotsAtCreate = 16;
+
+// A scheduled event; for kArrive and kResponse, a packet on the wire. A
+// request packet carries what its headers would (BTH, RETH, ImmDt) and, the
+// simulator's liberty, the whole message's length on every packet.
 struct Event {
   Nanos time{0};
   uint64_t sequence = 0;  // FIFO among events of the same time.
@@ -436,10 +502,24 @@ struct Event {
   uint32_t qp_num = 0;  // The requester (or the QP to flush).
   uint64_t epoch = 0;
   uint64_t wqe_index = 0;
+  // kTransmit: tx_generation; kRetryTimer: timer_generation.
   uint32_t attempt = 0;
   // kArrive: where the request goes.
   uint32_t responder_device = 0;
   uint32_t responder_qp_num = 0;
+  // The packet: its PSN, its place in its message, its payload.
+  uint32_t psn = 0;
+  uint32_t packet = 0;   // Index within the message (a READ's: of its data).
+  uint32_t packets = 0;  // The message's packet count (READ: of the rest).
+  bool ack_request = false;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  bool solicited = false;
+  uint32_t imm_data = 0;
+  uint64_t remote_addr = 0;  // RETH (READ: where the rest starts).
+  uint32_t rkey = 0;
+  uint64_t length = 0;  // The message's (READ: the rest's) length.
+  uint32_t payload = kNoPayload;
+  uint32_t payload_bytes = 0;
   // kResponse.
   Reply reply = Reply::kAck;
   ibv_wc_status nak_status = IBV_WC_SUCCESS;
@@ -477,7 +557,8 @@ struct FaultPlan {
     ibv_wc_status status;
     int remaining;
   };
-  struct DropFault {
+  // The next `remaining` packets to the target are dropped (or duplicated).
+  struct PacketFault {
     ResolvedTarget target;
     int remaining;
   };
@@ -490,8 +571,9 @@ struct FaultPlan {
   std::vector<CallFault> create_cq;
   std::vector<CallFault> modify_qp;
   std::vector<CompletionFault> completions;
-  std::vector<DropFault> drops;
+  std::vector<PacketFault> drops;
   std::vector<DelayFault> delays;
+  std::vector<PacketFault> duplicates;
 };
 
 // --- The core ---
@@ -637,7 +719,8 @@ class FabricCore {
   bool IsStaleLocked(const Event& event) const;
   void DropStaleEventsLocked();
 
-  // Event handlers (data_path.cc).
+  // Event handlers: requester.cc (kTransmit, kResponse, kRetryTimer),
+  // responder.cc (kArrive), data_path.cc (kFlush), device_faults.cc.
   void HandleTransmitLocked(const Event& event);
   void HandleArriveLocked(const Event& event);
   void HandleResponseLocked(const Event& event);
@@ -645,30 +728,105 @@ class FabricCore {
   void HandleFlushLocked(const Event& event);
   void HandleFaultLocked(const Event& event);
 
-  // Transmits (or retransmits) the WQE at sq_active.
-  void TransmitHeadLocked(SimQp& qp);
+  // --- Requester (requester.cc) ---
+  // Schedules the QP's next kTransmit at `at` (once).
+  void ScheduleTransmitLocked(SimQp& qp, Nanos at);
+  // Starts the WQE at sq_next if the window, the READ depth and the order of
+  // completions allow; false if it must wait. A WQE that completes at once
+  // (a local operation, an injected or a local error) completes here.
+  bool StartNextWqeLocked(SimQp& qp);
+  // Transmits the packet at the transmit pointer and advances it.
+  void TransmitPacketLocked(SimQp& qp);
   // Completes the WQE at sq_active with `status`, writing a CQE when it is
   // signalled or an error; an error moves the QP to ERR.
   void CompleteHeadSendLocked(SimQp& qp, ibv_wc_status status);
-  // Responder side of one request; returns the reply to send.
+  // Completes, in order, every started WQE whose PSNs up to `psn` are
+  // acknowledged (a READ only once all its data arrived). Returns false if
+  // the ACK passed a READ still missing data (its responses were lost).
+  bool AcknowledgeLocked(SimQp& qp, uint32_t psn);
+  // The oldest PSN was acknowledged: fresh retry budgets, timer restarted,
+  // transmission resumed.
+  void NoteProgressLocked(SimQp& qp);
+  // Go-back-N: the next packet transmitted is the one of una_psn.
+  void RewindLocked(SimQp& qp);
+  // A sequence NAK or the transport timer: spends one of retry_cnt retries
+  // and goes back to una_psn, or, with none left, fails the oldest WQE with
+  // IBV_WC_RETRY_EXC_ERR (the QP goes to ERR).
+  void RetryOrFailLocked(SimQp& qp);
+  // The oldest outstanding PSN moved (or nothing is outstanding any more):
+  // restart, or stop, the transport timer.
+  void RestartTimerLocked(SimQp& qp, Nanos from);
+  // Schedules the timer's expiry (of the current timer_generation) at
+  // `from` + the QP's timeout; the caller checked timeout is not 0.
+  void ArmTimerLocked(SimQp& qp, Nanos from);
+  // Writes a READ response's payload into the READ's local buffers; false
+  // on a local protection error.
+  bool PlaceReadDataLocked(SimQp& qp, const SendWqe& wqe, uint64_t index,
+                           const Event& response);
+
+  // --- Responder (responder.cc) ---
+  // Executes the in-sequence request packet `request` at `responder`;
+  // returns the reply to send, if any.
   struct ResponderOutcome {
-    Reply reply = Reply::kAck;
+    bool reply = false;
+    Reply kind = Reply::kAck;
     ibv_wc_status nak_status = IBV_WC_SUCCESS;
     Nanos rnr_delay{0};
-    uint64_t response_bytes = 0;
   };
-  ResponderOutcome ExecuteRequestLocked(SimQp& requester, const SendWqe& wqe,
-                                        uint64_t wqe_index, SimQp& responder,
-                                        bool duplicate);
+  ResponderOutcome ExecuteRequestLocked(SimQp& requester, SimQp& responder,
+                                        const Event& request);
+  // Answers an RDMA READ request (new or duplicate) with its data packets.
+  void SendReadResponsesLocked(SimQp& responder, const Event& request);
+  // A packet from `responder` back to the requester of `request` (an ACK,
+  // NAK or READ response): the routing and identity fields set.
+  static Event ReplyPacket(const SimQp& responder, const Event& request,
+                           Reply kind);
+  // Sends an ACK or NAK for `psn` back to the request's requester.
+  void SendReplyLocked(SimQp& responder, const Event& request, Reply kind,
+                       uint32_t psn, ibv_wc_status nak_status = IBV_WC_SUCCESS,
+                       Nanos rnr_delay = Nanos(0));
+  // The receive WR an incoming message goes to: the consumption point of the
+  // receive queue, or on an SRQ the shared receive claimed by the message's
+  // first packet (claimed here if not yet); nullopt: none posted, RNR.
+  // ReceiveWqe/ReceiveSges name it; taking it completes it.
+  std::optional<uint64_t> ClaimReceiveLocked(SimQp& responder);
+  RecvWqe& ReceiveWqe(SimQp& responder, uint64_t index);
+  ibv_sge* ReceiveSges(SimQp& responder, uint64_t index);
+  void TakeReceiveLocked(SimQp& responder);
+  // Frees the READ resources whose responses the requester has all.
+  void RetireReadResourcesLocked(SimQp& responder, const SimQp* requester);
+
+  // --- The wire (link.cc) ---
+  // Queues a packet of `payload_bytes` (plus headers) on `from`'s port and
+  // schedules `packet` at the far end when it has arrived: after the
+  // packets queued before it, its serialisation, the link latency and
+  // `extra_delay`. Returns the time its last bit leaves the port.
+  Nanos SendOnWireLocked(Device& from, uint8_t traffic_class, Event packet,
+                         uint32_t header_bytes, Nanos extra_delay);
+  // The same without delivering it (a packet that leaves and is lost).
+  Nanos ReserveEgressLocked(Device& from, uint8_t traffic_class,
+                            const Event& packet, uint32_t header_bytes);
+  // Payload buffers of packets in flight, from the pool of the requester
+  // QP `owner` whose connection the packet belongs to (SimQp::payloads):
+  // a buffer of at least `bytes`, reused if one is free.
+  uint32_t AcquirePayloadLocked(SimQp& owner, uint32_t bytes);
+  static uint8_t* PayloadData(SimQp& owner, uint32_t slot) {
+    return owner.payloads[slot].data();
+  }
+  // Gives `packet`'s buffer back to its requester's pool (nothing if it has
+  // none, or the QP is gone: its pool went with it).
+  void ReleasePayloadLocked(const Event& packet);
+
   void WriteCqeLocked(SimCq& cq, const CqEntry& entry);
   void ScheduleFlushLocked(SimQp& qp);
   // The responder QP a requester's path leads to, or nullptr.
   SimQp* RouteLocked(SimQp& requester, Device** device);
-  Nanos WireTime(uint64_t bytes) const;
   // The traffic class a packet `qp` sends carries on the wire.
   static uint8_t WireTrafficClass(const SimQp& qp);
   Nanos ExtraDelayLocked(const SimQp& destination) const;
   bool ConsumeDropLocked(const SimQp& destination);
+  bool ConsumeDuplicateLocked(const SimQp& destination);
+  bool HasCompletionFaultLocked(const SimQp& qp) const;
   std::optional<ibv_wc_status> ConsumeCompletionFaultLocked(const SimQp& qp);
   const SimMr* FindMrForAccessLocked(const Device& device, const SimPd& pd,
                                      uint32_t key, uint64_t addr,
@@ -682,6 +840,16 @@ class FabricCore {
   // Executes a local work request (IBV_WR_BIND_MW, IBV_WR_LOCAL_INV) at the
   // head of the send queue; returns its completion status.
   ibv_wc_status ExecuteLocalOpLocked(SimQp& qp, const SendWqe& wqe);
+  // Copies `bytes` bytes at `offset` of the message `sges` describe out of
+  // (to_sges false) or into (to_sges true) `buffer`, each piece through an
+  // MR of `pd` with `required_access`; false if one is not.
+  bool CopySgesLocked(const Device& device, const SimPd& pd,
+                      const ibv_sge* sges, uint32_t num_sge, uint64_t offset,
+                      uint8_t* buffer, uint64_t bytes, int required_access,
+                      bool to_sges) const;
+  // Whether the local buffers of `wqe` (gather, or a READ's scatter) are
+  // registered with the access it needs.
+  bool LocalBuffersValidLocked(SimQp& qp, const SendWqe& wqe, uint64_t index);
 
   // QP numbers are handed out in sequence from kFirstQpNum and never reused:
   // qp_table_[qp_num - kFirstQpNum] is the QP, or nullptr once destroyed.

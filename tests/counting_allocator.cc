@@ -28,7 +28,13 @@ void* Allocate(std::size_t size, std::size_t alignment) {
                                                     : alignment;
   const std::size_t offset =
       (sizeof(Header) + alignment - 1) / alignment * alignment;
-  void* block = std::malloc(offset + (size == 0 ? 1 : size));
+  const std::size_t bytes = offset + (size == 0 ? 1 : size);
+  // malloc aligns to max_align_t only: an over-aligned block (and so the
+  // user block `offset` into it) needs aligned_alloc.
+  void* block = alignment <= alignof(std::max_align_t)
+                    ? std::malloc(bytes)
+                    : std::aligned_alloc(alignment, (bytes + alignment - 1) /
+                                                        alignment * alignment);
   if (block == nullptr) return nullptr;
   void* user = static_cast<std::byte*>(block) + offset;
   static_cast<Header*>(user)[-1] = {block, size};

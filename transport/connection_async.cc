@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
@@ -43,6 +44,19 @@ bool RefusedBeforeEffect(ibv_wc_status status) {
     default:
       return false;
   }
+}
+
+// The Completion that ends `op`, posted on `connection`.
+Completion EndOf(const AsyncOp& op, const Connection* connection,
+                 OpOutcome outcome, absl::Status status) {
+  Completion done;
+  done.handle = op.handle;
+  done.connection = connection;
+  done.outcome = outcome;
+  done.status = std::move(status);
+  done.is_write = op.is_write;
+  done.length = op.length;
+  return done;
 }
 
 }  // namespace
@@ -196,14 +210,7 @@ void Connection::PostQueuedAsyncLocked() {
             async_ops_[(async_head_ + async_count_ - 1) % async_ops_.size()];
         if (last.first_seq < sq_posted_) break;
         --async_count_;
-        Completion done;
-        done.handle = last.handle;
-        done.connection = this;
-        done.outcome = OpOutcome::kFailed;
-        done.status = status;
-        done.is_write = last.is_write;
-        done.length = last.length;
-        engine_->Finish(std::move(done));
+        engine_->Finish(EndOf(last, this, OpOutcome::kFailed, status));
       }
       // The async ring is FIFO, so the engine's queue gets these before the
       // older ones: handles, not positions, name ops.
@@ -223,13 +230,7 @@ void Connection::PostQueuedAsyncLocked() {
 
 void Connection::EndAsyncOpLocked(OpOutcome outcome, absl::Status status) {
   AsyncOp& op = async_ops_[async_head_];
-  Completion done;
-  done.handle = op.handle;
-  done.connection = this;
-  done.outcome = outcome;
-  done.status = std::move(status);
-  done.is_write = op.is_write;
-  done.length = op.length;
+  Completion done = EndOf(op, this, outcome, std::move(status));
   if (outcome == OpOutcome::kCompleted) {
     ++(op.is_write ? stats_.rdma_writes : stats_.rdma_reads);
   }

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
 #include "tests/e2e_fixture.h"
+#include "tests/register_for_test.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
 #include "verbs_shim/verbs_error.h"
@@ -53,14 +54,6 @@ class EngineEndToEndTest : public EndToEndTest {
       ASSERT_TRUE(pair.ok()) << pair.status();
       pairs_.push_back(*std::move(pair));
     }
-  }
-
-  MemoryRegion Register(Context& context, std::vector<std::byte>& memory,
-                        int access) {
-    absl::StatusOr<MemoryRegion> region =
-        context.RegisterMemory(memory, access);
-    EXPECT_TRUE(region.ok()) << region.status();
-    return region.ok() ? *std::move(region) : MemoryRegion();
   }
 
   // Takes every finished operation, progressing and waiting, until
@@ -157,10 +150,11 @@ TEST_F(EngineEndToEndTest, AsyncWriteAndReadBatchesAreByteExact) {
     }
     lane.target.assign(ops * kSpan, std::byte{0});
     lane.readback.assign(ops * kSpan, std::byte{0});
-    lane.source_mr = Register(client_context(), lane.source, kLocalOnly);
-    lane.target_mr =
-        Register(server_context(), lane.target, kRemoteRead | kRemoteWrite);
-    lane.readback_mr = Register(client_context(), lane.readback, kLocalWrite);
+    lane.source_mr = RegisterForTest(client_context(), lane.source, kLocalOnly);
+    lane.target_mr = RegisterForTest(server_context(), lane.target,
+                                     kRemoteRead | kRemoteWrite);
+    lane.readback_mr =
+        RegisterForTest(client_context(), lane.readback, kLocalWrite);
   }
   std::map<OpHandle, Completion> ended;
   std::map<OpHandle, std::pair<size_t, size_t>> posted;  // (lane, op)
@@ -233,10 +227,12 @@ TEST_F(EngineEndToEndTest, EngineFdInTheCallersEpollSet) {
   Connection& client = *pairs_[0].client;
   std::vector<std::byte> source(kSpan), target(kSpan), readback(kSpan);
   FillMessage(31, 0, source);
-  MemoryRegion source_mr = Register(client_context(), source, kLocalOnly);
+  MemoryRegion source_mr =
+      RegisterForTest(client_context(), source, kLocalOnly);
   MemoryRegion target_mr =
-      Register(server_context(), target, kRemoteRead | kRemoteWrite);
-  MemoryRegion readback_mr = Register(client_context(), readback, kLocalWrite);
+      RegisterForTest(server_context(), target, kRemoteRead | kRemoteWrite);
+  MemoryRegion readback_mr =
+      RegisterForTest(client_context(), readback, kLocalWrite);
   const int epoll = epoll_create1(EPOLL_CLOEXEC);
   ASSERT_GE(epoll, 0);
   epoll_event event = {};
@@ -288,10 +284,12 @@ TEST_F(EngineEndToEndTest, APeersDeathEndsEachOfItsOpsOnceFailedOrUnknown) {
   for (size_t op = 0; op < kOps; ++op) {
     FillMessage(41, op, {source.data() + op * kSpan, kSpan});
   }
-  MemoryRegion source_mr = Register(client_context(), source, kLocalOnly);
+  MemoryRegion source_mr =
+      RegisterForTest(client_context(), source, kLocalOnly);
   MemoryRegion target_mr =
-      Register(server_context(), target, kRemoteRead | kRemoteWrite);
-  MemoryRegion readback_mr = Register(client_context(), readback, kLocalWrite);
+      RegisterForTest(server_context(), target, kRemoteRead | kRemoteWrite);
+  MemoryRegion readback_mr =
+      RegisterForTest(client_context(), readback, kLocalWrite);
   std::map<OpHandle, Completion> ended;
   std::map<OpHandle, bool> posted;  // handle -> posted after the kill
   auto post = [&](size_t first_op, bool write, bool after_kill) {
@@ -381,8 +379,10 @@ TEST_F(EngineEndToEndTest, AFullSendQueueRefusesPostsWithResourceExhausted) {
   constexpr size_t kMaxOps = 1024;
   std::vector<std::byte> source(kMaxOps * 64), target(kMaxOps * 64);
   FillMessage(51, 0, source);
-  MemoryRegion source_mr = Register(client_context(), source, kLocalOnly);
-  MemoryRegion target_mr = Register(server_context(), target, kRemoteWrite);
+  MemoryRegion source_mr =
+      RegisterForTest(client_context(), source, kLocalOnly);
+  MemoryRegion target_mr =
+      RegisterForTest(server_context(), target, kRemoteWrite);
   std::map<OpHandle, Completion> ended;
   std::map<OpHandle, size_t> posted;  // handle -> op
   auto post_one = [&](size_t op) {

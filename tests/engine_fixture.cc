@@ -1,6 +1,7 @@
 #include "tests/engine_fixture.h"
 
 #include "tests/connection_pair.h"
+#include "tests/register_for_test.h"
 
 namespace rdma_transport {
 
@@ -9,14 +10,9 @@ void EngineTest::SetUp() {
   options.progress_mode = mode_;
   fabric_ = std::make_unique<sim::Fabric>(options);
   verbs_ = std::make_unique<sim::SimVerbs>(fabric_.get());
-  absl::StatusOr<SimContexts> opened = OpenTwoSimContexts(*fabric_, *verbs_);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  devices_ = opened->devices;
-  contexts_ = std::move(opened->contexts);
-  absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create(*contexts_[0]);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  engine_ = *std::move(engine);
+  const absl::Status opened = OpenTwoSimContextsWithEngine(
+      *fabric_, *verbs_, "cx7", devices_, contexts_, engine_);
+  ASSERT_TRUE(opened.ok()) << opened;
 }
 
 void EngineTest::TearDown() {
@@ -44,10 +40,7 @@ void EngineTest::ConnectPairs(int n, ConnectionOptions options) {
 
 MemoryRegion EngineTest::Register(int side, std::vector<std::byte>& memory,
                                   int access) {
-  absl::StatusOr<MemoryRegion> region =
-      contexts_[side]->RegisterMemory(memory, access);
-  EXPECT_TRUE(region.ok()) << region.status();
-  return region.ok() ? *std::move(region) : MemoryRegion();
+  return RegisterForTest(*contexts_[side], memory, access);
 }
 
 size_t OpLength(size_t lane, size_t op) {

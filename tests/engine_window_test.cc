@@ -21,6 +21,7 @@
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
 #include "tests/e2e_fixture.h"
+#include "tests/register_for_test.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
 
@@ -74,10 +75,7 @@ class EngineWindowTest : public ::testing::TestWithParam<std::string> {
   }
 
   MemoryRegion Register(int side, std::vector<std::byte>& memory, int access) {
-    absl::StatusOr<MemoryRegion> region =
-        contexts_[side]->RegisterMemory(memory, access);
-    EXPECT_TRUE(region.ok()) << region.status();
-    return region.ok() ? *std::move(region) : MemoryRegion();
+    return RegisterForTest(*contexts_[side], memory, access);
   }
 
   bool soft_roce() const { return GetParam() == "rxe"; }

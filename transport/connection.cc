@@ -15,8 +15,6 @@
 
 namespace rdma_transport {
 
-void Connection::FreeDeleter::operator()(std::byte* p) const { std::free(p); }
-
 std::unique_lock<std::mutex> Connection::Enter() const {
   // Uncontended: one atomic operation, as a plain lock.
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);

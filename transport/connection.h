@@ -114,6 +114,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "transport/aligned_buffer.h"
 #include "transport/async_op.h"
 #include "transport/connection_options.h"
 #include "transport/context.h"
@@ -422,11 +423,8 @@ class Connection final : private AsyncEventListener {
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   NegotiatedQp inline_;
-  struct FreeDeleter {
-    void operator()(std::byte* p) const;
-  };
-  std::unique_ptr<std::byte, FreeDeleter> send_buffer_;
-  std::unique_ptr<std::byte, FreeDeleter> recv_buffer_;
+  AlignedBuffer send_buffer_;
+  AlignedBuffer recv_buffer_;
   MemoryRegion send_ring_;
   MemoryRegion recv_ring_;
   int wakeup_fd_ = -1;  // kEvent: wakes a waiter blocked in poll(2)
@@ -435,7 +433,7 @@ class Connection final : private AsyncEventListener {
   bool ready_set_ = false;
   bool cq_armed_ = false;
   // A 64-byte registered slot the peer's probes write into, and the peer's.
-  std::unique_ptr<std::byte, FreeDeleter> probe_buffer_;
+  AlignedBuffer probe_buffer_;
   MemoryRegion probe_slot_;
   RemoteRegion peer_probe_;
   ConnectionPath path_;

@@ -24,10 +24,6 @@ namespace {
 
 constexpr size_t kProbeSlotSize = 64;
 
-size_t RoundUp(size_t value, size_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
-
 }  // namespace
 
 absl::Status Connection::CreateQueues() {
@@ -161,12 +157,8 @@ absl::Status Connection::CreateBuffers() {
   const size_t recv_bytes =
       srq_pool_ != nullptr ? 0
                            : RoundUp(size_t{slot_size_} * o.recv_slots, 4096);
-  send_buffer_.reset(
-      static_cast<std::byte*>(std::aligned_alloc(4096, send_bytes)));
-  if (recv_bytes > 0) {
-    recv_buffer_.reset(
-        static_cast<std::byte*>(std::aligned_alloc(4096, recv_bytes)));
-  }
+  send_buffer_ = AllocateAligned(4096, send_bytes);
+  if (recv_bytes > 0) recv_buffer_ = AllocateAligned(4096, recv_bytes);
   if (!send_buffer_ || (recv_bytes > 0 && !recv_buffer_)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "allocating ", send_bytes + recv_bytes, " bytes of message rings"));
@@ -182,8 +174,7 @@ absl::Status Connection::CreateBuffers() {
     recv_ring_ = *std::move(recv_ring);
   }
   // The peer's probes land here; nothing ever reads it.
-  probe_buffer_.reset(
-      static_cast<std::byte*>(std::aligned_alloc(64, kProbeSlotSize)));
+  probe_buffer_ = AllocateAligned(64, kProbeSlotSize);
   if (!probe_buffer_) {
     return absl::ResourceExhaustedError("allocating the probe slot");
   }

@@ -54,6 +54,7 @@
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
 #include "tests/sample_hello.h"
+#include "transport/aligned_buffer.h"
 #include "transport/connection.h"
 #include "transport/context.h"
 #include "transport/handshake.h"
@@ -264,10 +265,6 @@ class MeasuringVerbs : public VerbsWrapper {
   std::mutex mu_;
   std::map<ibv_mr*, int> mr_tags_;  // the side that registered each region
 };
-
-size_t RoundUp(size_t value, size_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
 
 // The registered memory of one connection, from its options: the two rings
 // and the 64-byte slot the peer's keepalive probes write into.

@@ -21,10 +21,6 @@ constexpr uint32_t kMinSlotBytes = 64;
 
 }  // namespace
 
-void SharedReceivePool::FreeDeleter::operator()(std::byte* p) const {
-  std::free(p);
-}
-
 SharedReceivePool::SharedReceivePool(const Context& context, uint32_t slots,
                                      uint32_t slot_bytes)
     : context_(context),
@@ -54,9 +50,8 @@ absl::StatusOr<std::unique_ptr<SharedReceivePool>> SharedReceivePool::Create(
   }
   std::unique_ptr<SharedReceivePool> pool(
       new SharedReceivePool(context, slots, slot_bytes));
-  pool->buffer_bytes_ = (size_t{slots} * slot_bytes + 4095) / 4096 * 4096;
-  pool->buffer_.reset(
-      static_cast<std::byte*>(std::aligned_alloc(4096, pool->buffer_bytes_)));
+  pool->buffer_bytes_ = RoundUp(size_t{slots} * slot_bytes, 4096);
+  pool->buffer_ = AllocateAligned(4096, pool->buffer_bytes_);
   if (!pool->buffer_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "allocating ", pool->buffer_bytes_, " bytes of shared receive slots"));

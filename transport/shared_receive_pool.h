@@ -44,6 +44,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "transport/aligned_buffer.h"
 #include "transport/context.h"
 #include "transport/memory_region.h"
 
@@ -85,16 +86,12 @@ class SharedReceivePool {
   SharedReceivePool(const Context& context, uint32_t slots,
                     uint32_t slot_bytes);
 
-  struct FreeDeleter {
-    void operator()(std::byte* p) const;
-  };
-
   const Context& context_;
   Verbs& verbs_;
   const uint32_t slots_;
   const uint32_t slot_bytes_;
   size_t buffer_bytes_ = 0;
-  std::unique_ptr<std::byte, FreeDeleter> buffer_;
+  AlignedBuffer buffer_;
   MemoryRegion region_;
   ibv_srq* srq_ = nullptr;
   uint32_t reserved_ = 0;

@@ -46,6 +46,7 @@
 #include "sim/fabric.h"
 #include "sim/sim_verbs.h"
 #include "tests/benchmark_setup.h"
+#include "tests/counting_allocator.h"
 #include "tests/sample_hello.h"
 #include "transport/config.h"
 #include "transport/connection.h"
@@ -56,52 +57,8 @@
 #include "transport/listener.h"
 #include "transport/memory_region.h"
 
-// --- Allocation counting: every operator new in the process -----------------
-
-namespace {
-std::atomic<uint64_t> g_allocations{0};
-
-void* CountedAlloc(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* CountedAlignedAlloc(std::size_t size, std::align_val_t alignment) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t a = static_cast<std::size_t>(alignment);
-  if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return CountedAlloc(size); }
-void* operator new[](std::size_t size) { return CountedAlloc(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new(std::size_t size, std::align_val_t alignment) {
-  return CountedAlignedAlloc(size, alignment);
-}
-void* operator new[](std::size_t size, std::align_val_t alignment) {
-  return CountedAlignedAlloc(size, alignment);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
+// Allocations per message are counted by //tests:counting_allocator, which
+// replaces every operator new of this binary.
 
 namespace rdma_transport {
 namespace {
@@ -308,7 +265,7 @@ void BM_TransportMessage(benchmark::State& state) {
     }
   }
   const uint64_t inline_before = setup.client().stats().inline_sends;
-  const uint64_t allocations = g_allocations.load();
+  const uint64_t allocations = CountHeap().allocations;
   uint64_t messages = 0;
   for (auto _ : state) {
     if (!TransportMessage(setup, message, buffer)) {
@@ -317,7 +274,7 @@ void BM_TransportMessage(benchmark::State& state) {
     }
     ++messages;
   }
-  SetMessageCounters(state, g_allocations.load() - allocations, messages);
+  SetMessageCounters(state, CountHeap().allocations - allocations, messages);
   state.counters["inline"] =
       setup.client().stats().inline_sends - inline_before == messages ? 1 : 0;
 }
@@ -332,7 +289,7 @@ void BM_RawMessage(benchmark::State& state) {
       return;
     }
   }
-  const uint64_t allocations = g_allocations.load();
+  const uint64_t allocations = CountHeap().allocations;
   uint64_t messages = 0;
   for (auto _ : state) {
     if (!setup.raw().Message(size)) {
@@ -341,7 +298,7 @@ void BM_RawMessage(benchmark::State& state) {
     }
     ++messages;
   }
-  SetMessageCounters(state, g_allocations.load() - allocations, messages);
+  SetMessageCounters(state, CountHeap().allocations - allocations, messages);
   state.counters["inline"] =
       ShouldSendInline(size, setup.raw().usable_inline()) ? 1 : 0;
 }
@@ -378,7 +335,7 @@ void BM_Overhead(benchmark::State& state) {
   raw_ns.reserve(1 << 20);
   uint64_t allocations = 0;
   for (auto _ : state) {
-    const uint64_t allocations_before = g_allocations.load();
+    const uint64_t allocations_before = CountHeap().allocations;
     const auto t0 = Clock::now();
     for (int i = 0; i < kBlock; ++i) {
       if (!TransportMessage(setup, message, buffer)) {
@@ -394,7 +351,7 @@ void BM_Overhead(benchmark::State& state) {
       }
     }
     const auto t2 = Clock::now();
-    allocations += g_allocations.load() - allocations_before;
+    allocations += CountHeap().allocations - allocations_before;
     transport_ns.push_back(
         std::chrono::duration<double, std::nano>(t1 - t0).count() / kBlock);
     raw_ns.push_back(std::chrono::duration<double, std::nano>(t2 - t1).count() /
@@ -515,7 +472,7 @@ void BM_EngineWriteWindow(benchmark::State& state) {
   const RdmaOp& op = write.op;
   Connection& client = setup.client();
   for (int i = 0; i < kWindow; ++i) Must(client.PostWrite({&op, 1}), "post");
-  const uint64_t allocations = g_allocations.load();
+  const uint64_t allocations = CountHeap().allocations;
   uint64_t ops = 0;
   for (auto _ : state) {
     std::optional<Completion> done = engine->NextCompletion();
@@ -535,7 +492,7 @@ void BM_EngineWriteWindow(benchmark::State& state) {
     ++ops;
   }
   state.counters["allocs_per_msg"] =
-      static_cast<double>(g_allocations.load() - allocations) /
+      static_cast<double>(CountHeap().allocations - allocations) /
       std::max<uint64_t>(ops, 1);
   state.SetItemsProcessed(static_cast<int64_t>(ops));
   while (client.async_ops_in_flight() > 0 || engine->completions_ready() > 0) {

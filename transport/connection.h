@@ -124,6 +124,7 @@
 #include "transport/memory_region.h"
 #include "transport/negotiation.h"
 #include "transport/peer_region.h"
+#include "transport/send_queue_ledger.h"
 #include "transport/tcp.h"
 #include "transport/wr_id.h"
 #include "verbs_shim/env.h"
@@ -330,15 +331,6 @@ class Connection final : private AsyncEventListener {
   // watchdog's budget (armed providers only).
   void CheckStalledLocked(Deadline now);
   Clock::duration WatchdogBudgetLocked() const;
-  bool SqHasRoomLocked(uint32_t wrs) const {
-    return sq_posted_ - sq_completed_ + wrs <= sq_depth_;
-  }
-  // Payload bytes of the work requests posted and not yet completed.
-  uint64_t SqBytesOutstandingLocked() const {
-    return sq_bytes_posted_ -
-           (sq_completed_ == 0 ? 0
-                               : sq_bytes_[(sq_completed_ - 1) % sq_depth_]);
-  }
   absl::Status PostSendLocked(ibv_send_wr* first, uint32_t count);
   // A control work request (credit return, close: zero bytes with an
   // immediate; keepalive: one inline byte); returns its sequence number.
@@ -452,27 +444,14 @@ class Connection final : private AsyncEventListener {
   mutable std::atomic<int> entering_{0};
   std::condition_variable cv_;
 
-  // Send queue accounting: sequence numbers of posted work requests; a
-  // signalled completion of sequence s completes everything up to s (RC
-  // completes in order).
-  uint32_t sq_depth_ = 0;
-  uint32_t signal_interval_ = 1;
-  uint64_t sq_posted_ = 0;
-  uint64_t sq_completed_ = 0;
-  // Unsignalled work requests posted since the last signalled one; kept
-  // below signal_interval_ so a completion always comes to free resources.
-  uint32_t unsignaled_run_ = 0;
-  // One past the sequence of the last signalled work request, and when the
-  // send queue last made progress (or became busy): the watchdog's inputs.
-  uint64_t signaled_end_ = 0;
+  // Send queue accounting and signalling (sequence numbers, room, bytes
+  // outstanding), and when the send queue last made progress (or became
+  // busy): with the ledger's signaled_end(), the watchdog's inputs.
+  SendQueueLedger sq_;
   Deadline send_progress_time_;
-  uint64_t watchdog_seen_ = ~uint64_t{0};  // sq_completed_ when last looked
+  uint64_t watchdog_seen_ = ~uint64_t{0};  // sq_.completed() when last looked
   bool watchdog_armed_ = false;
   Clock::duration completion_timeout_{};
-  // Bytes posted up to and including each sequence (by seq % sq_depth_),
-  // for the bytes outstanding the watchdog allows time for.
-  std::vector<uint64_t> sq_bytes_;
-  uint64_t sq_bytes_posted_ = 0;
   // Completions seen, and the count when last_activity_ was last moved: the
   // clock is read only when somebody waits, not per completion.
   uint64_t completions_ = 0;
@@ -523,7 +502,7 @@ class Connection final : private AsyncEventListener {
   bool engine_attached_ = false;
   uint64_t engine_dispatched_ = 0;  // completions the engine handed over
 
-  // Asynchronous operations in flight, oldest first (a ring of sq_depth_),
+  // Asynchronous operations in flight, oldest first (a ring of sq_.depth()),
   // with what their pieces need to be posted later (the cap on bytes in
   // flight; async_op.h).
   std::vector<AsyncOp> async_ops_;

@@ -1,15 +1,15 @@
 // File: transport/connection_async.cc
 //
 // Asynchronous one-sided operations on a connection with an engine
-// (engine.h): PostWrite()/PostRead() record each op in a ring of sq_depth_
-// slots and post its pieces at once or, past Soft-RoCE's cap on bytes in
-// flight, as completions make room (PostQueuedAsyncLocked, from dispatch);
-// each op's first and last send-queue sequence are noted as they go out.
-// Send-queue completions end them in order (RC completes in order, and each
-// op's last work request is signalled), and after a failure the QP is moved
-// to ERR so that every op still in flight ends with its flush.
-// Also the engine's side of the connection: dispatch, liveness service and
-// the operations' deadlines.
+// (engine.h): PostWrite()/PostRead() record each op in a ring of the send
+// queue's depth slots and post its pieces at once or, past Soft-RoCE's cap on
+// bytes in flight, as completions make room (PostQueuedAsyncLocked, from
+// dispatch); each op's first and last send-queue sequence are noted as they go
+// out. Send-queue completions end them in order (RC completes in order, and
+// each op's last work request is signalled), and after a failure the QP is
+// moved to ERR so that every op still in flight ends with its flush. Also the
+// engine's side of the connection: dispatch, liveness service and the
+// operations' deadlines.
 
 #include <algorithm>
 #include <chrono>
@@ -114,14 +114,14 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     wrs += op.length == 0 ? 1 : (op.length + max_piece - 1) / max_piece;
   }
   // Queued work requests hold their room: once accepted, an op always fits.
-  const uint64_t sq_used = sq_posted_ - sq_completed_ + async_queued_wrs_;
-  const uint64_t sq_free = sq_used < sq_depth_ ? sq_depth_ - sq_used : 0;
+  const uint64_t sq_used = sq_.posted() - sq_.completed() + async_queued_wrs_;
+  const uint64_t sq_free = sq_used < sq_.depth() ? sq_.depth() - sq_used : 0;
   if (wrs + kControlReserve > sq_free ||
       async_count_ + ops.size() > async_ops_.size() ||
       !engine_->HasOpRoom(static_cast<uint32_t>(ops.size()))) {
     return absl::ResourceExhaustedError(absl::StrCat(
         name_, ": no room for ", ops.size(), " operation(s) (", wrs,
-        " work requests; the send queue has ", sq_free, " of ", sq_depth_,
+        " work requests; the send queue has ", sq_free, " of ", sq_.depth(),
         " entries free, ", kControlReserve, " kept for control messages; ",
         async_count_, " operation(s) in flight, ", async_count_ - async_posted_,
         " of them queued); progress the engine and "
@@ -161,7 +161,7 @@ void Connection::PostQueuedAsyncLocked() {
       std::clamp<uint64_t>(cap / 4, 1, kProgressSignalBytes);
   while (async_posted_ < async_count_ && failure_.ok() &&
          inline_.qp != nullptr) {
-    uint64_t in_flight = SqBytesOutstandingLocked();
+    uint64_t in_flight = sq_.BytesOutstanding();
     uint64_t unsignaled_bytes = 0;
     size_t index = async_posted_;
     uint64_t offset = async_post_offset_;
@@ -170,13 +170,13 @@ void Connection::PostQueuedAsyncLocked() {
       AsyncOp& op = async_ops_[(async_head_ + index) % async_ops_.size()];
       const uint64_t length = std::min(op.length - offset, max_piece);
       if ((in_flight > 0 && in_flight + length > cap) ||
-          !SqHasRoomLocked(batch + 1 + kControlReserve)) {
+          !sq_.HasRoom(batch + 1 + kControlReserve)) {
         break;  // a completion of what is in flight makes room
       }
       ibv_send_wr& wr =
           FillRdmaWr(async_chain_, batch, op.local_addr + offset, op.lkey,
                      op.remote_addr + offset, op.rkey, length, op.is_write);
-      const uint64_t seq = sq_posted_ + batch;
+      const uint64_t seq = sq_.posted() + batch;
       if (offset == 0) op.first_seq = seq;
       in_flight += length;
       unsignaled_bytes += length;
@@ -208,7 +208,7 @@ void Connection::PostQueuedAsyncLocked() {
       while (async_count_ > async_posted_) {
         AsyncOp& last =
             async_ops_[(async_head_ + async_count_ - 1) % async_ops_.size()];
-        if (last.first_seq < sq_posted_) break;
+        if (last.first_seq < sq_.posted()) break;
         --async_count_;
         engine_->Finish(EndOf(last, this, OpOutcome::kFailed, status));
       }
@@ -294,7 +294,7 @@ void Connection::AdvanceAsyncAfterFailureLocked(Deadline now) {
     if (inline_.qp != nullptr) (void)ModifyQpToError(verbs_, inline_.qp);
     return;
   }
-  if (sq_completed_ >= sq_posted_) {
+  if (sq_.Idle()) {
     EndAllAsyncOpsLocked(failure_);
     return;
   }
@@ -314,7 +314,7 @@ void Connection::AdvanceAsyncAfterFailureLocked(Deadline now) {
     (void)verbs_.DestroyQp(inline_.qp);
     inline_.qp = nullptr;
   }
-  sq_completed_ = sq_posted_;
+  sq_.CompleteAll();
   EndAllAsyncOpsLocked(failure_);
 }
 

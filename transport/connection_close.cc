@@ -48,7 +48,7 @@ absl::Status Connection::Close(Deadline deadline) {
     absl::Status ready = WaitUntilLocked(
         lock, deadline,
         [&] {
-          return send_credits_.CanSendClose() && SqHasRoomLocked(1) &&
+          return send_credits_.CanSendClose() && sq_.HasRoom(1) &&
                  async_posted_ == async_count_;
         },
         "close: no credit to tell the peer, or asynchronous operations "

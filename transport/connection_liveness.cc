@@ -44,7 +44,7 @@ void Connection::NoteActivityLocked(Deadline now) {
 
 Clock::duration Connection::WatchdogBudgetLocked() const {
   // Time for the bytes outstanding at the floor rate, on top of the base.
-  const uint64_t outstanding = SqBytesOutstandingLocked();
+  const uint64_t outstanding = sq_.BytesOutstanding();
   return completion_timeout_ +
          std::chrono::duration_cast<Clock::duration>(
              std::chrono::duration<double>(
@@ -54,14 +54,14 @@ Clock::duration Connection::WatchdogBudgetLocked() const {
 
 void Connection::CheckStalledLocked(Deadline now) {
   if (!watchdog_armed_ || !failure_.ok() || inline_.qp == nullptr) return;
-  if (signaled_end_ <= sq_completed_) {  // nothing signalled outstanding
+  if (sq_.signaled_end() <= sq_.completed()) {  // nothing signalled outstanding
     watchdog_seen_ = kNotWatching;
     return;
   }
   // Measured from the first look after the queue became busy or last moved,
   // so the clock is read only when somebody waits.
-  if (sq_completed_ != watchdog_seen_) {
-    watchdog_seen_ = sq_completed_;
+  if (sq_.completed() != watchdog_seen_) {
+    watchdog_seen_ = sq_.completed();
     send_progress_time_ = now;
     return;
   }
@@ -73,7 +73,7 @@ void Connection::CheckStalledLocked(Deadline now) {
       std::chrono::duration_cast<std::chrono::milliseconds>(stalled).count(),
       " ms (budget ",
       std::chrono::duration_cast<std::chrono::milliseconds>(budget).count(),
-      " ms) with ", signaled_end_ - sq_completed_,
+      " ms) with ", sq_.signaled_end() - sq_.completed(),
       " work request(s) outstanding; the peer is unreachable or gone (the "
       "provider did not report it)")));
 }
@@ -83,8 +83,8 @@ Deadline Connection::NextTimerLocked() const {
   if (options_.keepalive_interval.count() > 0 && !keepalive_outstanding_) {
     wake = std::min(wake, last_activity_ + options_.keepalive_interval);
   }
-  if (watchdog_armed_ && signaled_end_ > sq_completed_) {
-    if (watchdog_seen_ == sq_completed_) {
+  if (watchdog_armed_ && sq_.signaled_end() > sq_.completed()) {
+    if (watchdog_seen_ == sq_.completed()) {
       wake = std::min(wake, send_progress_time_ + WatchdogBudgetLocked() +
                                 std::chrono::milliseconds(1));
     }
@@ -94,7 +94,7 @@ Deadline Connection::NextTimerLocked() const {
 
 bool Connection::MaybeKeepaliveLocked(Deadline now) {
   if (options_.keepalive_interval.count() <= 0 || keepalive_outstanding_ ||
-      !SqHasRoomLocked(1) || !established_ || inline_.qp == nullptr) {
+      !sq_.HasRoom(1) || !established_ || inline_.qp == nullptr) {
     return false;
   }
   NoteActivityLocked(now);
@@ -165,7 +165,7 @@ absl::Status Connection::Check(Deadline deadline) {
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (peer_closed_) return PeerClosedError();
   if (absl::Status status = WaitUntilLocked(
-          lock, deadline, [&] { return SqHasRoomLocked(1); },
+          lock, deadline, [&] { return sq_.HasRoom(1); },
           "liveness check could not be posted");
       !status.ok()) {
     return status;

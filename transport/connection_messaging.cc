@@ -53,7 +53,7 @@ absl::Status Connection::RepostLocked(uint32_t slot) {
 void Connection::MaybeReturnCreditsLocked() {
   if (!established_ || closing_ || !failure_.ok() || peer_closed_) return;
   while (owed_credits_.WorthAMessage() && send_credits_.CanSendCreditReturn() &&
-         SqHasRoomLocked(1)) {
+         sq_.HasRoom(1)) {
     const uint32_t credits = owed_credits_.Take();
     absl::StatusOr<uint64_t> seq = PostControlLocked(
         WrKind::kSendCredit, EncodeImm(ImmKind::kCredit, credits));
@@ -82,9 +82,9 @@ absl::Status Connection::Send(std::span<const std::byte> message,
       lock, deadline,
       [&] {
         return peer_closed_ ||
-               (send_credits_.CanSendData() && SqHasRoomLocked(1) &&
+               (send_credits_.CanSendData() && sq_.HasRoom(1) &&
                 (send_inline ||
-                 send_slot_seq_[next_send_slot_] <= sq_completed_));
+                 send_slot_seq_[next_send_slot_] <= sq_.completed()));
       },
       "no send credit or slot");
   if (absl::IsDeadlineExceeded(ready) && failure_.ok()) {
@@ -116,7 +116,7 @@ absl::Status Connection::Send(std::span<const std::byte> message,
     sge.length = static_cast<uint32_t>(size);
     sge.lkey = send_ring_.lkey();
   }
-  const uint64_t seq = sq_posted_;
+  const uint64_t seq = sq_.posted();
   if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
     return status;
   }

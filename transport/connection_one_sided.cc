@@ -148,12 +148,12 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
     rdma_chain_.wrs[batch - 1].send_flags |= IBV_SEND_SIGNALED;
 
     if (absl::Status status = WaitUntilLocked(
-            lock, kNoDeadline, [&] { return SqHasRoomLocked(batch); },
+            lock, kNoDeadline, [&] { return sq_.HasRoom(batch); },
             "no send queue room");
         !status.ok()) {
       return status;
     }
-    const uint64_t last_seq = sq_posted_ + batch - 1;
+    const uint64_t last_seq = sq_.posted() + batch - 1;
     if (absl::Status status = PostSendLocked(rdma_chain_.wrs.data(), batch);
         !status.ok()) {
       return status;
@@ -237,7 +237,7 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (absl::Status status = WaitUntilLocked(
-          lock, kNoDeadline, [&] { return SqHasRoomLocked(1); },
+          lock, kNoDeadline, [&] { return sq_.HasRoom(1); },
           "no send queue room");
       !status.ok()) {
     return status;
@@ -265,7 +265,7 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
   wr.bind_mw.bind_info.mw_access_flags =
       (access & kRemoteRead ? IBV_ACCESS_REMOTE_READ : 0) |
       (access & kRemoteWrite ? IBV_ACCESS_REMOTE_WRITE : 0);
-  const uint64_t seq = sq_posted_;
+  const uint64_t seq = sq_.posted();
   if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
     QuiesceLocked(lock);
     return status;

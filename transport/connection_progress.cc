@@ -43,8 +43,8 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
       kind != static_cast<uint8_t>(WrKind::kRecv) && !srq_recv;
   uint64_t seq = 0;
   if (send_side) {
-    seq = SequenceFromWrIdValue(value, sq_posted_);
-    sq_completed_ = std::max(sq_completed_, seq + 1);
+    seq = SequenceFromWrIdValue(value, sq_.posted());
+    sq_.Completed(seq);
     if (kind == static_cast<uint8_t>(WrKind::kKeepalive)) {
       keepalive_outstanding_ = false;
     }

@@ -1,9 +1,8 @@
 // File: transport/connection_send_queue.cc
 //
-// Send-queue accounting and selective signalling: every posted work request
-// gets a sequence number in its wr_id (wr_id.h); at most signal_interval_ - 1
-// in a row go unsignalled, and a signalled completion of sequence s frees
-// everything up to s (RC completes in order). Also the control work requests
+// Posting on the send queue: every chain through PostSendLocked(), which
+// stamps sequence numbers and signalling (send_queue_ledger.h) and fails the
+// connection when the post is refused. Also the control work requests
 // (credit return, close, keepalive probe), waiting for a sequence, and
 // quiescing the queue after a failure.
 
@@ -21,33 +20,19 @@
 namespace rdma_transport {
 
 absl::Status Connection::PostSendLocked(ibv_send_wr* first, uint32_t count) {
-  ibv_send_wr* wr = first;
-  for (uint32_t i = 0; i < count; ++i, wr = wr->next) {
-    const uint64_t seq = sq_posted_ + i;
-    wr->wr_id = WithWrIdValue(wr->wr_id, seq);
-    if (!(wr->send_flags & IBV_SEND_SIGNALED) &&
-        unsignaled_run_ + 1 >= signal_interval_) {
-      wr->send_flags |= IBV_SEND_SIGNALED;
-    }
-    if (wr->send_flags & IBV_SEND_SIGNALED) {
-      unsignaled_run_ = 0;
-      signaled_end_ = seq + 1;
-    } else {
-      ++unsignaled_run_;
-    }
-    for (int i = 0; i < wr->num_sge; ++i) {
-      sq_bytes_posted_ += wr->sg_list[i].length;
-    }
-    sq_bytes_[seq % sq_depth_] = sq_bytes_posted_;
-  }
+  sq_.Stamp(first, count);
   ibv_send_wr* bad = nullptr;
   absl::Status status = verbs_.PostSend(inline_.qp, first, &bad);
   if (status.ok()) [[likely]] {
-    sq_posted_ += count;
+    sq_.Posted(count);
     return status;
   }
   // Work requests before `bad` were posted; the connection is unusable now.
-  for (wr = first; wr != nullptr && wr != bad; wr = wr->next) ++sq_posted_;
+  uint32_t posted = 0;
+  for (ibv_send_wr* wr = first; wr != nullptr && wr != bad; wr = wr->next) {
+    ++posted;
+  }
+  sq_.Posted(posted);
   status = WithContext(
       status, absl::StrCat(name_, ": posting ", WrOpcodeName(first->opcode)));
   FailLocked(status);
@@ -92,7 +77,7 @@ absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
       }
       break;
   }
-  const uint64_t seq = sq_posted_;
+  const uint64_t seq = sq_.posted();
   if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
     return status;
   }
@@ -102,17 +87,17 @@ absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
 absl::Status Connection::WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
                                           uint64_t seq, Deadline deadline) {
   return WaitUntilLocked(
-      lock, deadline, [&] { return sq_completed_ > seq; },
+      lock, deadline, [&] { return sq_.completed() > seq; },
       "work request not completed");
 }
 
 void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
-  if (inline_.qp == nullptr || sq_completed_ >= sq_posted_) return;
+  if (inline_.qp == nullptr || sq_.Idle()) return;
   // Flush whatever is still queued, then wait until the NIC has given every
   // work request back.
   (void)ModifyQpToError(verbs_, inline_.qp);
   const Deadline give_up = env_.DeadlineIn(kFlushWait);
-  while (sq_completed_ < sq_posted_) {
+  while (!sq_.Idle()) {
     const uint64_t token = env_.PrepareWait();
     if (PollOnceLocked(lock)) continue;
     if (env_.Now() >= give_up) break;
@@ -121,20 +106,21 @@ void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
                     ? WaitKind::kSpin
                     : WaitKind::kBlock);
   }
-  if (sq_completed_ < sq_posted_) {
+  if (!sq_.Idle()) {
     // The provider did not flush in time: destroying the QP is what
     // guarantees the NIC no longer touches the memory.
-    std::fprintf(stderr,
-                 "rdma_transport: %s: %llu work request(s) not flushed within "
-                 "%lld ms of the failure; destroying the QP\n",
-                 name_.c_str(),
-                 static_cast<unsigned long long>(sq_posted_ - sq_completed_),
-                 static_cast<long long>(kFlushWait.count()));
+    std::fprintf(
+        stderr,
+        "rdma_transport: %s: %llu work request(s) not flushed within "
+        "%lld ms of the failure; destroying the QP\n",
+        name_.c_str(),
+        static_cast<unsigned long long>(sq_.posted() - sq_.completed()),
+        static_cast<long long>(kFlushWait.count()));
     context_.UnregisterListener(this);
     registered_ = false;
     (void)verbs_.DestroyQp(inline_.qp);
     inline_.qp = nullptr;
-    sq_completed_ = sq_posted_;
+    sq_.CompleteAll();
     if (async_count_ > 0) EndAllAsyncOpsLocked(failure_);
   }
 }

@@ -51,18 +51,18 @@ absl::Status Connection::CreateQueues() {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_rdma_batch ", o.max_rdma_batch, " out of range 1..4096"));
   }
-  sq_depth_ = o.send_slots + o.max_rdma_batch + 4;
+  const uint32_t sq_depth = o.send_slots + o.max_rdma_batch + 4;
   const int device_max_wr = context_.device_attr().max_qp_wr;
   if (device_max_wr > 0 &&
-      (sq_depth_ > static_cast<uint32_t>(device_max_wr) ||
+      (sq_depth > static_cast<uint32_t>(device_max_wr) ||
        (srq_pool_ == nullptr &&
         o.recv_slots > static_cast<uint32_t>(device_max_wr)))) {
     return absl::InvalidArgumentError(
-        absl::StrCat("send queue of ", sq_depth_, " or receive queue of ",
+        absl::StrCat("send queue of ", sq_depth, " or receive queue of ",
                      o.recv_slots, " work requests exceeds ",
                      context_.device_name(), "'s max_qp_wr ", device_max_wr));
   }
-  signal_interval_ = std::clamp<uint32_t>(o.send_slots / 4, 1, 16);
+  sq_.Reset(sq_depth, std::clamp<uint32_t>(o.send_slots / 4, 1, 16));
   if (o.completion_timeout.count() > 0) {
     watchdog_armed_ = true;
     completion_timeout_ = o.completion_timeout;
@@ -76,7 +76,6 @@ absl::Status Connection::CreateQueues() {
     completion_timeout_ =
         std::max<Clock::duration>(4 * retry_budget, std::chrono::seconds(2));
   }
-  sq_bytes_.assign(sq_depth_, 0);
 
   if (engine_ != nullptr && &engine_->context() != &context_) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -109,7 +108,7 @@ absl::Status Connection::CreateQueues() {
       }
     }
   }
-  const uint32_t cq_entries = sq_depth_ + o.recv_slots + 1;
+  const uint32_t cq_entries = sq_.depth() + o.recv_slots + 1;
   if (engine_ != nullptr) {
     cq_ = engine_->cq();
   } else {
@@ -120,7 +119,7 @@ absl::Status Connection::CreateQueues() {
   }
 
   RcQpCaps caps;
-  caps.max_send_wr = sq_depth_;
+  caps.max_send_wr = sq_.depth();
   caps.max_recv_wr = o.recv_slots;
   caps.max_send_sge = 1;
   caps.max_recv_sge = 1;
@@ -134,7 +133,7 @@ absl::Status Connection::CreateQueues() {
     if (!slot.ok()) return slot.status();
     engine_slot_ = *slot;
     engine_attached_ = true;
-    async_ops_.assign(sq_depth_, AsyncOp{});
+    async_ops_.assign(sq_.depth(), AsyncOp{});
   }
   context_.RegisterListener(this, inline_.qp, cq_);
   registered_ = true;
@@ -203,7 +202,7 @@ ConnectionFootprint Connection::Footprint(const ConnectionOptions& o,
       sizeof(Connection) +
       o.recv_slots * sizeof(std::pair<uint32_t, uint32_t>) +  // arrived_
       o.send_slots * sizeof(uint64_t) +                       // send_slot_seq_
-      sq_depth * sizeof(uint64_t) +                           // sq_bytes_
+      sq_depth * sizeof(uint64_t) +                           // sq_'s bytes
       // rdma_chain_, and async_chain_ with an engine
       (engine != nullptr ? 2 : 1) * o.max_rdma_batch *
           (sizeof(ibv_send_wr) + sizeof(ibv_sge)) +

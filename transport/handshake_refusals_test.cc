@@ -2,23 +2,18 @@
 // changed in one field must fail to decode, and a message with one field out
 // of range must fail to encode, each with INVALID_ARGUMENT and a text that
 // names the field (handshake_test.cc has the round trips).
-#include "transport/handshake.h"
-
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "transport/handshake.h"
 #include "transport/handshake_test_frames.h"
 
 namespace rdma_transport {
 namespace handshake_test {
 namespace {
-
-using ::testing::HasSubstr;
 
 // A valid frame, changed; decoding it must fail with `message` in the text.
 struct BadFrame {
@@ -318,7 +313,6 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.name);
     });
 
-
 // Encoding refuses exactly what decoding refuses.
 struct BadMessage {
   const char* name;
@@ -439,7 +433,6 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadMessage>& info) {
       return std::string(info.param.name);
     });
-
 
 }  // namespace
 }  // namespace handshake_test

@@ -4,8 +4,6 @@
 // handshake_refusals_test.cc, frame format 3 in handshake_v3_test.cc.
 #include "transport/handshake.h"
 
-#include <cstring>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>

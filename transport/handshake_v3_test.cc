@@ -1,16 +1,12 @@
 // Frame format 3: the version range, the extensions (READ_DEPTH, TRAFFIC,
 // ESTABLISHED, RETRY_AFTER, unknown and critical ones), and that frames of the
 // legacy format 2 still decode.
-#include "transport/handshake.h"
-
-#include <cstring>
-#include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "transport/handshake.h"
 #include "transport/handshake_test_frames.h"
 
 namespace rdma_transport {
@@ -18,7 +14,6 @@ namespace handshake_test {
 namespace {
 
 using ::testing::HasSubstr;
-
 
 // A format-3 HELLO with every extension a HELLO may carry and one unknown.
 HandshakeMessage GoldenHelloV3() {
@@ -254,7 +249,6 @@ TEST(HandshakeV3Test, EncodingRefusesWhatDecodingWould) {
   EXPECT_TRUE(IsInvalid(EncodeHandshake(ready).status(),
                         "extension RETRY_AFTER does not belong"));
 }
-
 
 }  // namespace
 }  // namespace handshake_test

@@ -36,7 +36,8 @@ TEST(SendQueueLedgerTest, StampsConsecutiveSequencesKeepingKindAndSlot) {
   ledger.Posted(2);
   for (uint32_t i = 0; i < 3; ++i) {
     EXPECT_EQ(WrIdValue(first.wrs[i].wr_id), i);
-    EXPECT_EQ(WrIdKind(first.wrs[i].wr_id), static_cast<uint8_t>(WrKind::kWrite));
+    EXPECT_EQ(WrIdKind(first.wrs[i].wr_id),
+              static_cast<uint8_t>(WrKind::kWrite));
     EXPECT_EQ(WrIdEngineSlot(first.wrs[i].wr_id), 3u);
   }
   EXPECT_EQ(WrIdValue(second.wrs[0].wr_id), 3u);

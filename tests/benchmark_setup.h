@@ -68,7 +68,7 @@ T Must(absl::StatusOr<T> value, const char* what) {
   return *std::move(value);
 }
 
-void Must(const absl::Status& status, const char* what) {
+inline void Must(const absl::Status& status, const char* what) {
   if (!status.ok()) {
     std::fprintf(stderr, "benchmark setup: %s: %s\n", what,
                  status.ToString().c_str());

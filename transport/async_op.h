@@ -6,19 +6,29 @@
 // in order, so the completion of `last_seq` ends it; kUnposted while that
 // piece waits behind Soft-RoCE's in-flight cap), the addresses and keys its
 // later pieces are posted with, its length for the Completion, and its
-// deadline. Connections keep them in a preallocated ring of send-queue
-// depth, oldest first; a plain value, no behaviour.
+// deadline; a plain value, no behaviour. `AsyncOpRing`: a connection's
+// ops, oldest first, in a ring of send-queue depth allocated once at setup,
+// with how far posting them has got (the in-flight cap may hold the newest
+// back). Not thread-safe: the owning Connection's mutex guards both.
 //
 //   AsyncOp op;
 //   op.handle = handle;
 //   op.length = length;
 //   op.deadline = deadline;
 //   if (op.deadline <= now) ...  // overdue: the connection is failed (engine.h)
+//
+//   AsyncOpRing ring;
+//   ring.Reset(sq_depth);
+//   ring.At(ring.count) = op;  // the newest, when ring.count < capacity()
+//   ++ring.count;
+//   ... ring.At(0) is the oldest; ring.PopOldest() when it has ended
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_ASYNC_OP_H_
 #define RDMA_TRANSPORT_TRANSPORT_ASYNC_OP_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "transport/engine.h"
 #include "verbs_shim/env.h"
@@ -38,6 +48,38 @@ struct AsyncOp {
   // The batch's deadline on the Env's clock; kNoDeadline: none.
   Deadline deadline = kNoDeadline;
   bool is_write = false;
+};
+
+struct AsyncOpRing {
+  // Room for `capacity` ops (> 0); forgets everything.
+  void Reset(size_t capacity) {
+    *this = AsyncOpRing{};
+    ops.assign(capacity, {});
+  }
+  size_t capacity() const { return ops.size(); }
+  // The op `index` places after the oldest (0: the oldest).
+  AsyncOp& At(size_t index) { return ops[(head + index) % ops.size()]; }
+  const AsyncOp& At(size_t index) const {
+    return ops[(head + index) % ops.size()];
+  }
+  void PopOldest() {
+    head = (head + 1) % ops.size();
+    --count;
+  }
+
+  std::vector<AsyncOp> ops;
+  size_t head = 0;
+  size_t count = 0;  // ops posted and not yet ended (queued ones too)
+  // The first `posted` ops from the oldest have every piece posted; of the
+  // next, `post_offset` bytes are. `queued_wrs`: work requests of accepted
+  // ops not posted yet (counted against send queue room).
+  size_t posted = 0;
+  uint64_t post_offset = 0;
+  uint64_t queued_wrs = 0;
+  Deadline deadline = kNoDeadline;  // a lower bound of the ops' deadlines
+  bool error_seen = false;          // a send completion in error came
+  bool quiescing = false;           // the QP was moved to ERR for them
+  Deadline flush_deadline;
 };
 
 }  // namespace rdma_transport

@@ -386,7 +386,7 @@ class Connection final : private AsyncEventListener {
   absl::StatusOr<OpHandle> PostAsyncLocked(std::span<const RdmaOp> ops,
                                            bool is_write, Deadline deadline);
   void CheckAsyncDeadlinesLocked(Deadline now);  // engine.h, "Deadlines"
-  // Posts the pieces of accepted ops that wait (async_posted_ onwards) as
+  // Posts the pieces of accepted ops that wait (async_.posted onwards) as
   // far as the send queue and the in-flight cap allow.
   void PostQueuedAsyncLocked();
   // At most this many bytes of RDMA in flight (rdma_in_flight_bytes, or
@@ -502,22 +502,9 @@ class Connection final : private AsyncEventListener {
   bool engine_attached_ = false;
   uint64_t engine_dispatched_ = 0;  // completions the engine handed over
 
-  // Asynchronous operations in flight, oldest first (a ring of sq_.depth()),
-  // with what their pieces need to be posted later (the cap on bytes in
-  // flight; async_op.h).
-  std::vector<AsyncOp> async_ops_;
-  Deadline async_deadline_ = kNoDeadline;  // a lower bound of theirs
-  size_t async_head_ = 0;
-  size_t async_count_ = 0;
-  // The first async_posted_ ops from the head have every piece posted; of
-  // the next, async_post_offset_ bytes are. async_queued_wrs_: work
-  // requests of accepted ops not posted yet (counted as send queue room).
-  size_t async_posted_ = 0;
-  uint64_t async_post_offset_ = 0;
-  uint64_t async_queued_wrs_ = 0;
-  bool async_error_seen_ = false;  // a send completion in error came
-  bool async_quiescing_ = false;   // the QP was moved to ERR for them
-  Deadline async_flush_deadline_;
+  // Asynchronous operations in flight, oldest first, with what their
+  // pieces need to be posted later (the cap on bytes in flight; async_op.h).
+  AsyncOpRing async_;
 
   ConnectionStats stats_;
 };

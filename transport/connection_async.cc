@@ -92,12 +92,12 @@ absl::StatusOr<OpHandle> Connection::PostRead(std::span<const RdmaOp> ops,
 
 size_t Connection::async_ops_in_flight() const {
   std::unique_lock<std::mutex> lock = Enter();
-  return async_count_;
+  return async_.count;
 }
 
 size_t Connection::async_ops_queued() const {
   std::unique_lock<std::mutex> lock = Enter();
-  return async_count_ - async_posted_;
+  return async_.count - async_.posted;
 }
 
 absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
@@ -114,16 +114,16 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     wrs += op.length == 0 ? 1 : (op.length + max_piece - 1) / max_piece;
   }
   // Queued work requests hold their room: once accepted, an op always fits.
-  const uint64_t sq_used = sq_.posted() - sq_.completed() + async_queued_wrs_;
+  const uint64_t sq_used = sq_.posted() - sq_.completed() + async_.queued_wrs;
   const uint64_t sq_free = sq_used < sq_.depth() ? sq_.depth() - sq_used : 0;
   if (wrs + kControlReserve > sq_free ||
-      async_count_ + ops.size() > async_ops_.size() ||
+      async_.count + ops.size() > async_.capacity() ||
       !engine_->HasOpRoom(static_cast<uint32_t>(ops.size()))) {
     return absl::ResourceExhaustedError(absl::StrCat(
         name_, ": no room for ", ops.size(), " operation(s) (", wrs,
         " work requests; the send queue has ", sq_free, " of ", sq_.depth(),
         " entries free, ", kControlReserve, " kept for control messages; ",
-        async_count_, " operation(s) in flight, ", async_count_ - async_posted_,
+        async_.count, " operation(s) in flight, ", async_.count - async_.posted,
         " of them queued); progress the engine and "
         "post again"));
   }
@@ -131,8 +131,7 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
   const OpHandle first = engine_->ReserveOps(static_cast<uint32_t>(ops.size()));
   for (size_t i = 0; i < ops.size(); ++i) {
     const RdmaOp& op = ops[i];
-    AsyncOp& slot =
-        async_ops_[(async_head_ + async_count_) % async_ops_.size()];
+    AsyncOp& slot = async_.At(async_.count);
     slot = {};
     slot.handle = first + i;
     slot.length = op.length;
@@ -143,11 +142,11 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     slot.rkey = op.remote.rkey;
     slot.deadline = deadline;
     slot.is_write = is_write;
-    ++async_count_;
+    ++async_.count;
   }
   // No clock read: the engine's service turns compare (engine.h).
-  async_deadline_ = std::min(async_deadline_, deadline);
-  async_queued_wrs_ += wrs;
+  async_.deadline = std::min(async_.deadline, deadline);
+  async_.queued_wrs += wrs;
   PostQueuedAsyncLocked();
   return first;
 }
@@ -159,15 +158,15 @@ void Connection::PostQueuedAsyncLocked() {
   // in steps while the rest is still on the wire.
   const uint64_t signal_bytes =
       std::clamp<uint64_t>(cap / 4, 1, kProgressSignalBytes);
-  while (async_posted_ < async_count_ && failure_.ok() &&
+  while (async_.posted < async_.count && failure_.ok() &&
          inline_.qp != nullptr) {
     uint64_t in_flight = sq_.BytesOutstanding();
     uint64_t unsignaled_bytes = 0;
-    size_t index = async_posted_;
-    uint64_t offset = async_post_offset_;
+    size_t index = async_.posted;
+    uint64_t offset = async_.post_offset;
     uint32_t batch = 0;
-    while (batch < options_.max_rdma_batch && index < async_count_) {
-      AsyncOp& op = async_ops_[(async_head_ + index) % async_ops_.size()];
+    while (batch < options_.max_rdma_batch && index < async_.count) {
+      AsyncOp& op = async_.At(index);
       const uint64_t length = std::min(op.length - offset, max_piece);
       if ((in_flight > 0 && in_flight + length > cap) ||
           !sq_.HasRoom(batch + 1 + kControlReserve)) {
@@ -205,23 +204,22 @@ void Connection::PostQueuedAsyncLocked() {
       // The connection has failed (PostSendLocked said so). Ops none of
       // whose work requests were posted end FAILED now, newest first off
       // the tail; the rest end with their completions or the flush.
-      while (async_count_ > async_posted_) {
-        AsyncOp& last =
-            async_ops_[(async_head_ + async_count_ - 1) % async_ops_.size()];
+      while (async_.count > async_.posted) {
+        AsyncOp& last = async_.At(async_.count - 1);
         if (last.first_seq < sq_.posted()) break;
-        --async_count_;
+        --async_.count;
         engine_->Finish(EndOf(last, this, OpOutcome::kFailed, status));
       }
       // The async ring is FIFO, so the engine's queue gets these before the
       // older ones: handles, not positions, name ops.
-      async_queued_wrs_ = 0;
-      async_post_offset_ = 0;
+      async_.queued_wrs = 0;
+      async_.post_offset = 0;
       AdvanceAsyncAfterFailureLocked(env_.Now());
       return;
     }
-    async_queued_wrs_ -= std::min<uint64_t>(async_queued_wrs_, batch);
-    async_posted_ = index;
-    async_post_offset_ = offset;
+    async_.queued_wrs -= std::min<uint64_t>(async_.queued_wrs, batch);
+    async_.posted = index;
+    async_.post_offset = offset;
     for (uint32_t i = 0; i < batch; ++i) {
       stats_.rdma_bytes += async_chain_.sges[i].length;
     }
@@ -229,39 +227,38 @@ void Connection::PostQueuedAsyncLocked() {
 }
 
 void Connection::EndAsyncOpLocked(OpOutcome outcome, absl::Status status) {
-  AsyncOp& op = async_ops_[async_head_];
+  AsyncOp& op = async_.At(0);
   Completion done = EndOf(op, this, outcome, std::move(status));
   if (outcome == OpOutcome::kCompleted) {
     ++(op.is_write ? stats_.rdma_writes : stats_.rdma_reads);
   }
-  async_head_ = (async_head_ + 1) % async_ops_.size();
-  --async_count_;
-  if (async_posted_ > 0) {
-    --async_posted_;
+  async_.PopOldest();
+  if (async_.posted > 0) {
+    --async_.posted;
   } else {
-    async_post_offset_ = 0;  // it ended before all of it went out
+    async_.post_offset = 0;  // it ended before all of it went out
   }
   engine_->Finish(std::move(done));
 }
 
 void Connection::EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status) {
   const bool ok = status == IBV_WC_SUCCESS;
-  while (async_count_ > 0) {
-    const AsyncOp& op = async_ops_[async_head_];
+  while (async_.count > 0) {
+    const AsyncOp& op = async_.At(0);
     if (op.first_seq > seq) break;
     if (ok) {
       if (op.last_seq > seq) break;
       EndAsyncOpLocked(OpOutcome::kCompleted, absl::OkStatus());
       continue;
     }
-    if (op.last_seq < seq && !async_error_seen_) {
+    if (op.last_seq < seq && !async_.error_seen) {
       // RC: an error on `seq` means everything before it succeeded.
       EndAsyncOpLocked(OpOutcome::kCompleted, absl::OkStatus());
       continue;
     }
     OpOutcome outcome = OpOutcome::kFailed;
     if (op.is_write) {
-      const bool refused = !async_error_seen_ && op.first_seq == seq &&
+      const bool refused = !async_.error_seen && op.first_seq == seq &&
                            RefusedBeforeEffect(status);
       if (!refused) outcome = OpOutcome::kOutcomeUnknown;
     }
@@ -270,13 +267,13 @@ void Connection::EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status) {
                                   : absl::UnavailableError(absl::StrCat(
                                         name_, ": operation failed")));
   }
-  if (!ok) async_error_seen_ = true;
+  if (!ok) async_.error_seen = true;
 }
 
 void Connection::EndAllAsyncOpsLocked(const absl::Status& why) {
-  async_queued_wrs_ = 0;
-  while (async_count_ > 0) {
-    const AsyncOp& op = async_ops_[async_head_];
+  async_.queued_wrs = 0;
+  while (async_.count > 0) {
+    const AsyncOp& op = async_.At(0);
     // A WRITE none of whose pieces went out cannot have changed anything.
     const bool maybe_written =
         op.is_write && op.first_seq != AsyncOp::kUnposted;
@@ -286,10 +283,10 @@ void Connection::EndAllAsyncOpsLocked(const absl::Status& why) {
 }
 
 void Connection::AdvanceAsyncAfterFailureLocked(Deadline now) {
-  if (failure_.ok() || async_count_ == 0) return;
-  if (!async_quiescing_) {
-    async_quiescing_ = true;
-    async_flush_deadline_ = now + kFlushWait;
+  if (failure_.ok() || async_.count == 0) return;
+  if (!async_.quiescing) {
+    async_.quiescing = true;
+    async_.flush_deadline = now + kFlushWait;
     // Every op's last work request is signalled, so each gets its flush.
     if (inline_.qp != nullptr) (void)ModifyQpToError(verbs_, inline_.qp);
     return;
@@ -298,13 +295,13 @@ void Connection::AdvanceAsyncAfterFailureLocked(Deadline now) {
     EndAllAsyncOpsLocked(failure_);
     return;
   }
-  if (now < async_flush_deadline_) return;
+  if (now < async_.flush_deadline) return;
   // The provider did not flush in time: destroying the QP guarantees the
   // NIC no longer touches the memory (as QuiesceLocked does).
   std::fprintf(stderr,
                "rdma_transport: %s: %zu asynchronous operation(s) not flushed "
                "within %lld ms of the failure; destroying the QP\n",
-               name_.c_str(), async_count_,
+               name_.c_str(), async_.count,
                static_cast<long long>(kFlushWait.count()));
   if (registered_) {
     context_.UnregisterListener(this);
@@ -319,16 +316,16 @@ void Connection::AdvanceAsyncAfterFailureLocked(Deadline now) {
 }
 
 void Connection::CheckAsyncDeadlinesLocked(Deadline now) {
-  if (async_count_ == 0) {
-    async_deadline_ = kNoDeadline;
+  if (async_.count == 0) {
+    async_.deadline = kNoDeadline;
     return;
   }
-  if (now < async_deadline_) return;
-  // async_deadline_ is only a lower bound (ops that ended keep it there):
+  if (now < async_.deadline) return;
+  // async_.deadline is only a lower bound (ops that ended keep it there):
   // look for an op really overdue, and make the bound exact if none is.
   Deadline earliest = kNoDeadline;
-  for (size_t i = 0; i < async_count_; ++i) {
-    const AsyncOp& op = async_ops_[(async_head_ + i) % async_ops_.size()];
+  for (size_t i = 0; i < async_.count; ++i) {
+    const AsyncOp& op = async_.At(i);
     if (op.deadline > now) {
       earliest = std::min(earliest, op.deadline);
       continue;
@@ -341,20 +338,20 @@ void Connection::CheckAsyncDeadlinesLocked(Deadline now) {
         name_, ": asynchronous ", op.is_write ? "WRITE" : "READ", " (handle ",
         op.handle, ", ", op.length, " bytes) not done by its deadline (seen ",
         late.count(), " us after it); the connection was failed to end it")));
-    async_deadline_ = kNoDeadline;
+    async_.deadline = kNoDeadline;
     AdvanceAsyncAfterFailureLocked(now);
     return;
   }
-  async_deadline_ = earliest;
+  async_.deadline = earliest;
 }
 
 void Connection::EngineDispatch(std::span<const ibv_wc> wcs) {
   std::unique_lock<std::mutex> lock = Enter();
   for (const ibv_wc& wc : wcs) HandleCompletionLocked(wc);
   engine_dispatched_ += wcs.size();
-  if (async_posted_ < async_count_) PostQueuedAsyncLocked();
+  if (async_.posted < async_.count) PostQueuedAsyncLocked();
   MaybeReturnCreditsLocked();
-  if (!failure_.ok() && async_count_ > 0) {
+  if (!failure_.ok() && async_.count > 0) {
     AdvanceAsyncAfterFailureLocked(env_.Now());
   }
   NotifyLocked();
@@ -371,12 +368,12 @@ Deadline Connection::EngineService(Deadline now, bool setup_readable) {
   if (failure_.ok()) CheckAsyncDeadlinesLocked(now);
   if (failure_.ok()) (void)MaybeKeepaliveLocked(now);
   Deadline wake = failure_.ok() ? NextTimerLocked() : kNoDeadline;
-  if (failure_.ok() && async_count_ > 0) {
-    wake = std::min(wake, async_deadline_);
+  if (failure_.ok() && async_.count > 0) {
+    wake = std::min(wake, async_.deadline);
   }
-  if (!failure_.ok() && async_count_ > 0) {
+  if (!failure_.ok() && async_.count > 0) {
     AdvanceAsyncAfterFailureLocked(now);
-    if (async_count_ > 0) wake = std::min(wake, async_flush_deadline_);
+    if (async_.count > 0) wake = std::min(wake, async_.flush_deadline);
   }
   return wake;
 }
@@ -385,7 +382,7 @@ void Connection::EngineFail(const absl::Status& status) {
   std::unique_lock<std::mutex> lock = Enter();
   if (closed_) return;
   FailLocked(WithContext(status, name_));
-  if (async_count_ > 0) AdvanceAsyncAfterFailureLocked(env_.Now());
+  if (async_.count > 0) AdvanceAsyncAfterFailureLocked(env_.Now());
 }
 
 }  // namespace rdma_transport

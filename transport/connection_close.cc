@@ -49,7 +49,7 @@ absl::Status Connection::Close(Deadline deadline) {
         lock, deadline,
         [&] {
           return send_credits_.CanSendClose() && sq_.HasRoom(1) &&
-                 async_posted_ == async_count_;
+                 async_.posted == async_.count;
         },
         "close: no credit to tell the peer, or asynchronous operations "
         "still queued");
@@ -115,7 +115,7 @@ void Connection::TearDownLocked() {
   }
   ReturnHeldSlotsLocked();
   // Whatever is still in flight ends now: the QP that carried it is gone.
-  if (async_count_ > 0) {
+  if (async_.count > 0) {
     EndAllAsyncOpsLocked(!failure_.ok()
                              ? failure_
                              : absl::FailedPreconditionError(absl::StrCat(

@@ -55,7 +55,7 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     // After a local close or an earlier failure, flushed work requests are
     // the expected end of everything still queued.
     if (wc.status == IBV_WC_WR_FLUSH_ERR && (closing_ || !failure_.ok())) {
-      if (send_side && async_count_ > 0) EndAsyncOpsLocked(seq, wc.status);
+      if (send_side && async_.count > 0) EndAsyncOpsLocked(seq, wc.status);
       return;
     }
     const std::string detail = DescribeFailedCompletion(name_, wc);
@@ -63,12 +63,12 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     // one came, is the reason to report.
     CheckAsyncEventsLocked(detail);
     FailLocked(absl::Status(CodeForCompletion(wc.status), detail));
-    if (send_side && async_count_ > 0) EndAsyncOpsLocked(seq, wc.status);
+    if (send_side && async_.count > 0) EndAsyncOpsLocked(seq, wc.status);
     return;
   }
   ++completions_;
   if (send_side) {
-    if (async_count_ > 0) EndAsyncOpsLocked(seq, IBV_WC_SUCCESS);
+    if (async_.count > 0) EndAsyncOpsLocked(seq, IBV_WC_SUCCESS);
     return;
   }
 

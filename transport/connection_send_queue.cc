@@ -121,7 +121,7 @@ void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
     (void)verbs_.DestroyQp(inline_.qp);
     inline_.qp = nullptr;
     sq_.CompleteAll();
-    if (async_count_ > 0) EndAllAsyncOpsLocked(failure_);
+    if (async_.count > 0) EndAllAsyncOpsLocked(failure_);
   }
 }
 

@@ -133,7 +133,7 @@ absl::Status Connection::CreateQueues() {
     if (!slot.ok()) return slot.status();
     engine_slot_ = *slot;
     engine_attached_ = true;
-    async_ops_.assign(sq_.depth(), AsyncOp{});
+    async_.Reset(sq_.depth());
   }
   context_.RegisterListener(this, inline_.qp, cq_);
   registered_ = true;
@@ -206,7 +206,7 @@ ConnectionFootprint Connection::Footprint(const ConnectionOptions& o,
       // rdma_chain_, and async_chain_ with an engine
       (engine != nullptr ? 2 : 1) * o.max_rdma_batch *
           (sizeof(ibv_send_wr) + sizeof(ibv_sge)) +
-      (engine != nullptr ? sq_depth * sizeof(AsyncOp) : 0);  // async_ops_
+      (engine != nullptr ? sq_depth * sizeof(AsyncOp) : 0);  // async_
   return footprint;
 }
 

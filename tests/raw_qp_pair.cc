@@ -16,8 +16,8 @@ RawQpPair::RawQpPair(Verbs& verbs, Context& sender, Context& receiver)
   caps.max_recv_wr = kRecvSlots;
   for (Side* side : {&tx_, &rx_}) {
     Context& context = side == &tx_ ? sender : receiver;
-    side->cq = Must(verbs.CreateCq(context.device(), 256, nullptr, nullptr, 0),
-                    "CQ");
+    side->cq =
+        Must(verbs.CreateCq(context.device(), 256, nullptr, nullptr, 0), "CQ");
     side->qp = Must(context.CreateRcQp(caps, side->cq, side->cq), "QP");
   }
   usable_inline_ = tx_.qp.usable_inline;

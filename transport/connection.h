@@ -124,6 +124,7 @@
 #include "transport/memory_region.h"
 #include "transport/negotiation.h"
 #include "transport/peer_region.h"
+#include "transport/rdma_chain.h"
 #include "transport/send_queue_ledger.h"
 #include "transport/tcp.h"
 #include "transport/wr_id.h"
@@ -343,19 +344,6 @@ class Connection final : private AsyncEventListener {
   // With a shared receive queue: every slot still held in arrived_ goes
   // back to the pool (teardown).
   void ReturnHeldSlotsLocked();
-  // Work requests and gather entries of one chain of WRITEs/READs,
-  // max_rdma_batch of each, allocated once.
-  struct RdmaChain {
-    std::vector<ibv_send_wr> wrs;
-    std::vector<ibv_sge> sges;
-  };
-  // chain.wrs[batch] and chain.sges[batch] for `length` bytes from local
-  // `local_addr` (`lkey`) to/from the peer's `remote_addr` (`rkey`): a WRITE
-  // (inline when it fits) or READ, neither chained nor signalled
-  // (Write()/Read() and PostWrite()/PostRead() do that).
-  ibv_send_wr& FillRdmaWr(RdmaChain& chain, uint32_t batch, uint64_t local_addr,
-                          uint32_t lkey, uint64_t remote_addr, uint32_t rkey,
-                          uint64_t length, bool is_write);
   void MaybeReturnCreditsLocked();
   // Polls and waits until `ready()` holds. The connection's failure if one
   // comes first; kDeadlineExceeded "<name>: <waiting_for> before the

@@ -161,45 +161,37 @@ void Connection::PostQueuedAsyncLocked() {
   while (async_.posted < async_.count && failure_.ok() &&
          inline_.qp != nullptr) {
     uint64_t in_flight = sq_.BytesOutstanding();
-    uint64_t unsignaled_bytes = 0;
     size_t index = async_.posted;
     uint64_t offset = async_.post_offset;
-    uint32_t batch = 0;
-    while (batch < options_.max_rdma_batch && index < async_.count) {
+    async_chain_.Begin(signal_bytes);
+    while (!async_chain_.full() && index < async_.count) {
       AsyncOp& op = async_.At(index);
       const uint64_t length = std::min(op.length - offset, max_piece);
       if ((in_flight > 0 && in_flight + length > cap) ||
-          !sq_.HasRoom(batch + 1 + kControlReserve)) {
+          !sq_.HasRoom(async_chain_.size() + 1 + kControlReserve)) {
         break;  // a completion of what is in flight makes room
       }
-      ibv_send_wr& wr =
-          FillRdmaWr(async_chain_, batch, op.local_addr + offset, op.lkey,
-                     op.remote_addr + offset, op.rkey, length, op.is_write);
-      const uint64_t seq = sq_.posted() + batch;
+      const uint64_t seq = sq_.posted() + async_chain_.size();
+      async_chain_.Append(op.local_addr + offset, op.lkey,
+                          op.remote_addr + offset, op.rkey, length,
+                          op.is_write);
       if (offset == 0) op.first_seq = seq;
       in_flight += length;
-      unsignaled_bytes += length;
-      if (unsignaled_bytes >= signal_bytes) {
-        wr.send_flags |= IBV_SEND_SIGNALED;
-        unsignaled_bytes = 0;
-      }
-      if (batch > 0) async_chain_.wrs[batch - 1].next = &wr;
-      ++batch;
       offset += length;
       if (offset >= op.length) {
         // Each op's last work request is signalled: its completion ends it.
         op.last_seq = seq;
-        wr.send_flags |= IBV_SEND_SIGNALED;
-        unsignaled_bytes = 0;
+        async_chain_.SignalLast();
         ++index;
         offset = 0;
       }
     }
-    if (batch == 0) return;
+    if (async_chain_.empty()) return;
     // The last of every post is signalled: with ops still waiting, its
     // completion is what posts them.
-    async_chain_.wrs[batch - 1].send_flags |= IBV_SEND_SIGNALED;
-    if (absl::Status status = PostSendLocked(async_chain_.wrs.data(), batch);
+    async_chain_.SignalLast();
+    const uint32_t batch = async_chain_.size();
+    if (absl::Status status = PostSendLocked(async_chain_.head(), batch);
         !status.ok()) {
       // The connection has failed (PostSendLocked said so). Ops none of
       // whose work requests were posted end FAILED now, newest first off
@@ -220,9 +212,7 @@ void Connection::PostQueuedAsyncLocked() {
     async_.queued_wrs -= std::min<uint64_t>(async_.queued_wrs, batch);
     async_.posted = index;
     async_.post_offset = offset;
-    for (uint32_t i = 0; i < batch; ++i) {
-      stats_.rdma_bytes += async_chain_.sges[i].length;
-    }
+    stats_.rdma_bytes += async_chain_.bytes();
   }
 }
 

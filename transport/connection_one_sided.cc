@@ -24,30 +24,6 @@ constexpr uint64_t kWatchdogPieceBytes = 1 << 20;
 
 }  // namespace
 
-ibv_send_wr& Connection::FillRdmaWr(RdmaChain& chain, uint32_t batch,
-                                    uint64_t local_addr, uint32_t lkey,
-                                    uint64_t remote_addr, uint32_t rkey,
-                                    uint64_t length, bool is_write) {
-  ibv_sge& sge = chain.sges[batch];
-  sge.addr = local_addr;
-  sge.length = static_cast<uint32_t>(length);
-  sge.lkey = lkey;
-  ibv_send_wr& wr = chain.wrs[batch];
-  wr = ibv_send_wr{};
-  wr.wr_id =
-      MakeWrId(is_write ? WrKind::kWrite : WrKind::kRead, engine_slot_, 0);
-  wr.opcode = is_write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
-  wr.sg_list = &sge;
-  wr.num_sge = length > 0 ? 1 : 0;
-  wr.wr.rdma.remote_addr = remote_addr;
-  wr.wr.rdma.rkey = rkey;
-  if (is_write &&
-      ShouldSendInline(static_cast<uint32_t>(length), inline_.usable_inline)) {
-    wr.send_flags |= IBV_SEND_INLINE;
-  }
-  return wr;
-}
-
 absl::Status Connection::CheckRdmaOps(std::span<const RdmaOp> ops,
                                       bool is_write) const {
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -113,31 +89,20 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
   size_t op_index = 0;
   uint64_t op_offset = 0;  // bytes of ops[op_index] already posted
   while (op_index < ops.size()) {
-    // Lay out the next batch of pieces.
-    uint32_t batch = 0;
+    // Lay out the next batch of pieces. Progress inside a large batch: a
+    // completion every kProgressSignalBytes, which the watchdog counts as
+    // progress.
     uint32_t ops_finished = 0;
-    uint64_t unsignaled_bytes = 0;
-    uint64_t batch_bytes = 0;
-    while (batch < options_.max_rdma_batch && op_index < ops.size() &&
-           batch_bytes < max_batch_bytes) {
+    rdma_chain_.Begin(kProgressSignalBytes);
+    while (!rdma_chain_.full() && op_index < ops.size() &&
+           rdma_chain_.bytes() < max_batch_bytes) {
       const RdmaOp& op = ops[op_index];
       const uint64_t length = std::min(op.length - op_offset, max_piece);
-      ibv_send_wr& wr = FillRdmaWr(
-          rdma_chain_, batch,
+      rdma_chain_.Append(
           reinterpret_cast<uint64_t>(op.local->data() + op.local_offset) +
               op_offset,
           op.local->lkey(), op.remote.address + op.remote_offset + op_offset,
           op.remote.rkey, length, is_write);
-      // Progress inside a large batch: a completion every
-      // kProgressSignalBytes, which the watchdog counts as progress.
-      unsignaled_bytes += length;
-      batch_bytes += length;
-      if (unsignaled_bytes >= kProgressSignalBytes) {
-        wr.send_flags |= IBV_SEND_SIGNALED;
-        unsignaled_bytes = 0;
-      }
-      if (batch > 0) rdma_chain_.wrs[batch - 1].next = &wr;
-      ++batch;
       op_offset += length;
       if (op_offset >= op.length) {
         ++op_index;
@@ -145,7 +110,8 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
         ++ops_finished;
       }
     }
-    rdma_chain_.wrs[batch - 1].send_flags |= IBV_SEND_SIGNALED;
+    rdma_chain_.SignalLast();
+    const uint32_t batch = rdma_chain_.size();
 
     if (absl::Status status = WaitUntilLocked(
             lock, kNoDeadline, [&] { return sq_.HasRoom(batch); },
@@ -154,12 +120,11 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
       return status;
     }
     const uint64_t last_seq = sq_.posted() + batch - 1;
-    if (absl::Status status = PostSendLocked(rdma_chain_.wrs.data(), batch);
+    if (absl::Status status = PostSendLocked(rdma_chain_.head(), batch);
         !status.ok()) {
       return status;
     }
-    for (uint32_t i = 0; i < batch; ++i)
-      stats_.rdma_bytes += rdma_chain_.sges[i].length;
+    stats_.rdma_bytes += rdma_chain_.bytes();
     (is_write ? stats_.rdma_writes : stats_.rdma_reads) += ops_finished;
     if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
         !status.ok()) {

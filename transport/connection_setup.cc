@@ -140,10 +140,9 @@ absl::Status Connection::CreateQueues() {
 
   arrived_.assign(o.recv_slots, {0, 0});
   send_slot_seq_.assign(o.send_slots, 0);
-  for (RdmaChain* chain : {&rdma_chain_, &async_chain_}) {
-    if (chain == &async_chain_ && engine_ == nullptr) continue;
-    chain->wrs.assign(o.max_rdma_batch, ibv_send_wr{});
-    chain->sges.assign(o.max_rdma_batch, ibv_sge{});
+  rdma_chain_.Reset(o.max_rdma_batch, engine_slot_, inline_.usable_inline);
+  if (engine_ != nullptr) {
+    async_chain_.Reset(o.max_rdma_batch, engine_slot_, inline_.usable_inline);
   }
   return absl::OkStatus();
 }

@@ -10,7 +10,8 @@
 #   3. the same under ASan and UBSan     every suite
 #   4. TSan                              the threaded suites
 #   5. fuzzing                           handshake decoder, MC_* parser
-#   6. tools on the sim                  rdma_demo, rdma_pingpong, rdma_bw, benchmarks
+#   6. tools on the sim                  rdma_demo, rdma_pingpong, rdma_bw, benchmarks,
+#                                        the 64-host scale run
 #   7. downstream                        a separate workspace consuming rdma_transport,
 #                                        and the docs' WORKSPACE code blocks
 #   8. Bazel 7 (bzlmod)                  the repository as root module, the bzlmod
@@ -62,13 +63,15 @@ stage "fuzzing (handshake 10 M executions, config ${FUZZ_SECONDS:-60} s)" \
   tests/fuzz/run_fuzzers.sh
 tools_on_the_sim() {
   bazel build -c opt //tools:rdma_demo //tools:rdma_pingpong //tools:rdma_bw \
-    //transport:transport_benchmark
+    //transport:transport_benchmark //tests:scale_run
   local bin
   bin=$(bazel info -c opt bazel-bin 2>/dev/null)
   "$bin/tools/rdma_demo"
   "$bin/tools/rdma_pingpong" --self --iterations=2000
   "$bin/tools/rdma_bw" --self --iterations=2000
   "$bin/transport/transport_benchmark" --benchmark_min_time=0.05
+  # 64 hosts, 4,032 connections, all-to-all WRITEs in virtual time.
+  "$bin/tests/scale_run"
 }
 
 downstream() {

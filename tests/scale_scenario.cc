@@ -36,9 +36,8 @@ using std::chrono::seconds;
 
 // The byte at `offset` of what host `writer` writes into host `target`.
 std::byte Pattern(uint32_t writer, uint32_t target, uint64_t offset) {
-  return static_cast<std::byte>((writer * 131 + target * 7 + offset * 13 +
-                                 (offset >> 8)) &
-                                0xff);
+  return static_cast<std::byte>(
+      (writer * 131 + target * 7 + offset * 13 + (offset >> 8)) & 0xff);
 }
 
 absl::Status CheckOptions(const ScaleOptions& o) {
@@ -50,8 +49,7 @@ absl::Status CheckOptions(const ScaleOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("op_bytes ", o.op_bytes, " out of range 1..1048576"));
   }
-  if (o.bytes_per_connection == 0 ||
-      o.bytes_per_connection % o.op_bytes != 0) {
+  if (o.bytes_per_connection == 0 || o.bytes_per_connection % o.op_bytes != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("bytes_per_connection ", o.bytes_per_connection,
                      " is not a positive multiple of op_bytes ", o.op_bytes));
@@ -94,7 +92,7 @@ struct Flow {
   uint32_t target = 0;
   std::unique_ptr<Connection> client;  // on the writer's engine
   std::unique_ptr<Connection> server;  // on the target's engine
-  uint64_t posted = 0;  // operations
+  uint64_t posted = 0;                 // operations
   uint64_t done = 0;
 };
 
@@ -196,8 +194,9 @@ class Scenario {
     hosts_.resize(options_.hosts);
     for (uint32_t h = 0; h < options_.hosts; ++h) {
       Host& host = hosts_[h];
-      absl::StatusOr<std::string> name = fabric_.AddDevice(
-          *profile, std::nullopt, absl::StrCat("10.1.", h / 200, ".", 1 + h % 200));
+      absl::StatusOr<std::string> name =
+          fabric_.AddDevice(*profile, std::nullopt,
+                            absl::StrCat("10.1.", h / 200, ".", 1 + h % 200));
       if (!name.ok()) return name.status();
       names_.push_back(*name);
       absl::StatusOr<std::unique_ptr<Context>> context =
@@ -212,8 +211,7 @@ class Scenario {
       listener_options.allow_unauthenticated = true;
       absl::StatusOr<std::unique_ptr<Listener>> listener =
           Listener::Create(*host.context, "127.0.0.1:0",
-                           Shape(host.engine.get()),
-                           listener_options);
+                           Shape(host.engine.get()), listener_options);
       if (!listener.ok()) return listener.status();
       host.listener = *std::move(listener);
       host.source.resize(size_t{options_.hosts} * options_.op_bytes);
@@ -244,8 +242,7 @@ class Scenario {
       for (uint32_t t = 0; t < options_.hosts; ++t) {
         if (w == t) continue;
         const std::string address = hosts_[t].listener->address();
-        const ConnectionOptions shape =
-            Shape(hosts_[w].engine.get());
+        const ConnectionOptions shape = Shape(hosts_[w].engine.get());
         const Context& context = *hosts_[w].context;
         EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>> dialed =
             RunInThread(env, [&context, address, shape] {
@@ -288,24 +285,26 @@ class Scenario {
     const Host& target = hosts_[flow.target];
     RdmaOp ops[12];
     size_t n = 0;
-    while (flow.posted + n < Ops() && flow.posted + n - flow.done < options_.window) {
+    while (flow.posted + n < Ops() &&
+           flow.posted + n - flow.done < options_.window) {
       RdmaOp& op = ops[n];
       op.local = &writer.source_region;
       op.local_offset = size_t{flow.target} * options_.op_bytes;
       op.length = options_.op_bytes;
       op.remote = target.target_region.remote();
-      op.remote_offset = flow.writer * RingBytes() +
-                         (flow.posted + n) % options_.window * options_.op_bytes;
+      op.remote_offset = flow.writer * RingBytes() + (flow.posted + n) %
+                                                         options_.window *
+                                                         options_.op_bytes;
       ++n;
     }
     if (n == 0) return absl::OkStatus();
     absl::StatusOr<OpHandle> first =
         flow.client->PostWrite(std::span<const RdmaOp>(ops, n));
     if (!first.ok()) {
-      return absl::Status(first.status().code(),
-                          absl::StrCat("host ", flow.writer, " -> host ",
-                                       flow.target, ": ",
-                                       first.status().message()));
+      return absl::Status(
+          first.status().code(),
+          absl::StrCat("host ", flow.writer, " -> host ", flow.target, ": ",
+                       first.status().message()));
     }
     flow.posted += n;
     return absl::OkStatus();
@@ -343,9 +342,9 @@ class Scenario {
       }
       if (progressed > 0) continue;
       if (env.Now() >= give_up) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "traffic: ", total - done, " of ", total,
-            " WRITEs not done after 600 s of virtual time"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("traffic: ", total - done, " of ", total,
+                         " WRITEs not done after 600 s of virtual time"));
       }
       (void)env.Wait(token, {}, give_up, WaitKind::kBlock);
     }
@@ -411,8 +410,7 @@ std::string FormatScaleReport(const ScaleReport& r) {
       r.traffic_wall_seconds, r.throughput_gbps,
       r.throughput_gbps / std::max<uint32_t>(r.hosts, 1),
       u.empty() ? 0 : 100 * u.front(), 100 * median,
-      u.empty() ? 0 : 100 * u.back(), r.link_gbps, r.retransmissions,
-      r.digest);
+      u.empty() ? 0 : 100 * u.back(), r.link_gbps, r.retransmissions, r.digest);
 }
 
 }  // namespace rdma_transport

@@ -14,10 +14,10 @@
 // byte of every peer's target region is what its writer wrote (a pattern
 // of writer, target and offset; each writer has a ring of `window` slots
 // in each target, so memory is hosts^2 x window x op_bytes, 1 GiB at the
-// defaults, whatever bytes_per_connection is). Reported: connections, virtual time and
-// throughput of the traffic phase, every host's egress link utilisation
-// (wire bytes, headers included, over the link's rate and the phase's
-// virtual time), the wall time of setup and traffic, and the fabric's
+// defaults, whatever bytes_per_connection is). Reported: connections, virtual
+// time and throughput of the traffic phase, every host's egress link
+// utilisation (wire bytes, headers included, over the link's rate and the
+// phase's virtual time), the wall time of setup and traffic, and the fabric's
 // trace digest.
 //
 //   ScaleOptions options;               // 64 hosts, 1 MiB per connection

@@ -144,7 +144,7 @@ BenchBackend::~BenchBackend() {
 }
 
 absl::StatusOr<std::unique_ptr<BenchBackend>> BenchBackend::Open(
-    const BackendFlags& flags, bool with_peer) {
+    const BackendFlags& flags, bool with_peer, SimClock sim_clock) {
   absl::StatusOr<TransportConfig> config = flags.Resolve();
   if (!config.ok()) return config.status();
   std::unique_ptr<BenchBackend> backend(new BenchBackend());
@@ -156,9 +156,15 @@ absl::StatusOr<std::unique_ptr<BenchBackend>> BenchBackend::Open(
         sim::ProfileByName(flags.profile);
     if (!profile.ok()) return profile.status();
     // The tools measure real time with threads of their own: the transport
-    // runs on the wall clock here (sim/sim_env.h), the wire on the sim's.
+    // runs on the wall clock here (sim/sim_env.h), the wire on the sim's;
+    // or all of it on the virtual clock (SimClock::kVirtual).
     sim::FabricOptions fabric_options;
-    fabric_options.clock = sim::ClockMode::kWallClock;
+    if (sim_clock == SimClock::kVirtual) {
+      fabric_options.clock = sim::ClockMode::kVirtual;
+      fabric_options.progress_mode = sim::ProgressMode::kManual;
+    } else {
+      fabric_options.clock = sim::ClockMode::kWallClock;
+    }
     backend->fabric_ = std::make_unique<sim::Fabric>(fabric_options);
     for (const char* address : {"10.0.0.1", "10.0.0.2"}) {
       absl::StatusOr<std::string> name =
@@ -167,8 +173,9 @@ absl::StatusOr<std::unique_ptr<BenchBackend>> BenchBackend::Open(
       devices.push_back(*name);
     }
     backend->verbs_ = std::make_unique<sim::SimVerbs>(backend->fabric_.get());
-    backend->description_ =
-        absl::StrCat("sim (", profile->model, ", profile ", flags.profile, ")");
+    backend->description_ = absl::StrCat(
+        "sim (", profile->model, ", profile ", flags.profile,
+        sim_clock == SimClock::kVirtual ? ", virtual time" : "", ")");
   } else {
     backend->verbs_ = std::make_unique<IbverbsBackend>();
     absl::StatusOr<std::vector<std::string>> listed =

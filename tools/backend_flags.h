@@ -88,11 +88,20 @@ struct BackendFlags {
   bool is_sim() const { return backend == "sim"; }
 };
 
+// The clock a simulated backend's transport runs on (sim/sim_env.h):
+// kWallClock, as the tools measure real time with threads of their own; or
+// kVirtual, the fabric's virtual clock with the fabric in kManual (posts
+// queue work, packets move while every thread waits), so that a tool
+// measures what the simulated wire does (rdma_bw --virtual_time). Ignored
+// on ibverbs.
+enum class SimClock { kWallClock, kVirtual };
+
 class BenchBackend {
  public:
   // Opens `flags.device` and, when `with_peer`, `flags.peer_device` too.
   static absl::StatusOr<std::unique_ptr<BenchBackend>> Open(
-      const BackendFlags& flags, bool with_peer);
+      const BackendFlags& flags, bool with_peer,
+      SimClock sim_clock = SimClock::kWallClock);
   ~BenchBackend();
 
   Verbs& verbs() { return *verbs_; }

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <future>
 #include <thread>
 #include <utility>
 
@@ -14,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "transport/handshake.h"
 #include "transport/listener.h"
+#include "verbs_shim/env_thread.h"
 
 // Defaults are SessionFlags' own (bench_common.h).
 ABSL_FLAG(bool, server, false,
@@ -122,7 +122,10 @@ int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
              const SessionFlags& session,
              const ConnectionOptions& connection_options,
              const BenchRoles& roles) {
-  const Deadline setup_deadline = DeadlineIn(session.timeout());
+  // The backend's clock: the wall clock, or a simulated fabric's virtual
+  // one (threads taking part through RunInThread).
+  Env& env = backend.local().env();
+  const Deadline setup_deadline = env.DeadlineIn(session.timeout());
   ConnectionOptions options = connection_options;
   options.token = session.token;
   ConnectionOptions client_options = options;
@@ -175,23 +178,24 @@ int RunBench(const std::string& program, BenchMode mode, BenchBackend& backend,
   absl::StatusOr<std::unique_ptr<Listener>> listener =
       Listener::Create(*peer, "127.0.0.1:0", options);
   if (!listener.ok()) return Failed(program, "listening", listener.status());
-  auto dial = std::async(std::launch::async, [&] {
-    return Connect(backend.local(), (*listener)->address(), client_options);
-  });
+  EnvFuture<absl::StatusOr<std::unique_ptr<Connection>>> dial =
+      RunInThread(env, [&] {
+        return Connect(backend.local(), (*listener)->address(), client_options);
+      });
   absl::StatusOr<std::unique_ptr<Connection>> server =
       (*listener)->Accept(setup_deadline);
-  absl::StatusOr<std::unique_ptr<Connection>> client = dial.get();
+  absl::StatusOr<std::unique_ptr<Connection>> client = dial.Get();
   if (!client.ok()) return Failed(program, "connecting", client.status());
   if (!server.ok()) return Failed(program, "accepting", server.status());
 
-  absl::Status served;
-  std::thread server_thread([&] { served = roles.server(**server); });
+  EnvFuture<absl::Status> serving =
+      RunInThread(env, [&] { return roles.server(**server); });
   absl::Status measured = roles.client(**client);
   if (!measured.ok()) {
     // Unblock a server still waiting for the client.
-    (void)(*client)->Close(DeadlineIn(std::chrono::seconds(1)));
+    (void)(*client)->Close(env.DeadlineIn(std::chrono::seconds(1)));
   }
-  server_thread.join();
+  const absl::Status served = serving.Get();
   int status = 0;
   if (!measured.ok()) status = Failed(program, "client", measured);
   if (!served.ok()) status = Failed(program, "server", served);

@@ -5,6 +5,7 @@
 // #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps].
 //
 //   rdma_bw --self                                          # sim, one process
+//   rdma_bw --self --virtual_time --sizes=65536             # sim, virtual time
 //   rdma_bw --backend=ibverbs --device=mlx5_1 --server --sizes=65536
 //   rdma_bw --backend=ibverbs --device=mlx5_0 --connect=10.0.0.2:18515
 //   --sizes=65536
@@ -29,6 +30,12 @@
 // bytes); after the WRITEs of a size, the server checks the stamp of every
 // slot of its region against the last operation that wrote it (op k writes
 // slot k mod the ring: --write_window slots, or --ops_per_write blocking).
+//
+// --virtual_time (simulator, --self): the transport and the simulated wire
+// run on the fabric's virtual clock (BenchBackend, SimClock::kVirtual), the
+// WRITE loop waits on the engine instead of spinning (virtual time moves
+// only while every thread waits), and each row adds the average's share of
+// the simulated link's rate: what the model's wire allows, not CPU time.
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -41,6 +48,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "sim/fabric.h"
 #include "tools/backend_flags.h"
 #include "tools/bench_common.h"
 #include "transport/connection.h"
@@ -67,6 +75,10 @@ ABSL_FLAG(int64_t, rdma_in_flight, 0,
           "WRITE: bytes of RDMA in flight at most "
           "(ConnectionOptions::rdma_in_flight_bytes); 0: the transport's "
           "default, 256 KiB on Soft-RoCE and no cap elsewhere");
+ABSL_FLAG(bool, virtual_time, false,
+          "--backend=sim only: run the transport and the simulated wire on "
+          "the fabric's virtual clock and report bandwidth in virtual time, "
+          "against the simulated link's rate");
 ABSL_FLAG(int64_t, write_window, 128,
           "WRITE, --write_mode=window: operations outstanding (perftest's "
           "tx-depth)");
@@ -88,6 +100,7 @@ struct BwFlags {
   std::string write_mode;  // window | blocking
   int64_t write_window = 0;
   int64_t rdma_in_flight = 0;
+  bool virtual_time = false;
 
   bool windowed() const { return write_mode == "window"; }
   // Slots of the WRITE ring: op k writes slot k mod this.
@@ -105,6 +118,7 @@ struct BwFlags {
     bw.write_mode = absl::GetFlag(FLAGS_write_mode);
     bw.write_window = absl::GetFlag(FLAGS_write_window);
     bw.rdma_in_flight = absl::GetFlag(FLAGS_rdma_in_flight);
+    bw.virtual_time = absl::GetFlag(FLAGS_virtual_time);
     return bw;
   }
 };
@@ -141,18 +155,21 @@ struct BwResult {
 // to (count, end), one about every count / kSlices messages.
 class Marks {
  public:
+  // Times on `env`'s clock: the wall clock, or the simulator's virtual one.
+  explicit Marks(Env& env) : env_(env) {}
+
   void Start(uint64_t count) {
     count_ = count;
     marks_.clear();
-    marks_.push_back({0, Clock::now()});
+    marks_.push_back({0, env_.Now()});
   }
   // After `done` messages; records a mark once a slice has passed.
   void Progress(uint64_t done) {
     if ((done - marks_.back().first) * kSlices >= count_ && done < count_) {
-      marks_.push_back({done, Clock::now()});
+      marks_.push_back({done, env_.Now()});
     }
   }
-  void Finish() { marks_.push_back({count_, Clock::now()}); }
+  void Finish() { marks_.push_back({count_, env_.Now()}); }
 
   // Average over the whole run; peak over the best slice but the first,
   // which only fills the window.
@@ -176,6 +193,7 @@ class Marks {
   }
 
  private:
+  Env& env_;
   uint64_t count_ = 0;
   std::vector<std::pair<uint64_t, Clock::time_point>> marks_;
 };
@@ -208,11 +226,14 @@ class BwClient {
  public:
   // `engine`: the connection's (ConnectionOptions::engine), needed for
   // --write_mode=window.
+  // `link_gbps`: the simulated link's rate when timing in virtual time
+  // (--virtual_time), else 0.
   BwClient(Connection& connection, Engine* engine,
            const BackendFlags& backend_flags, const SessionFlags& session,
-           const BwFlags& flags, std::vector<uint32_t> sizes)
+           const BwFlags& flags, std::vector<uint32_t> sizes, double link_gbps)
       : connection_(connection),
         engine_(engine),
+        link_gbps_(link_gbps),
         backend_flags_(backend_flags),
         session_(session),
         flags_(flags),
@@ -248,13 +269,16 @@ class BwClient {
     if (flags_.op != "send") {
       if (absl::Status status = RunWrite(largest); !status.ok()) return status;
     }
-    return ClientFinish(connection_, scratch_, DeadlineIn(session_.timeout()));
+    return ClientFinish(connection_, scratch_,
+                        connection_.env().DeadlineIn(session_.timeout()));
   }
 
   const Report& report() const { return report_; }
 
  private:
-  Deadline Soon() const { return DeadlineIn(session_.timeout()); }
+  Deadline Soon() const {
+    return connection_.env().DeadlineIn(session_.timeout());
+  }
 
   absl::Status StartPlan(const std::string& op, std::string* reply) {
     Plan plan;
@@ -281,9 +305,15 @@ class BwClient {
 
   void Print(const std::string& op, uint32_t size, uint64_t count,
              const BwResult& r) {
-    std::printf(" %-7u %-12llu %-17.2f %-20.2f %-14.6f\n", size,
+    // In virtual time, the average against the simulated link's rate.
+    const std::string of_link =
+        link_gbps_ > 0
+            ? absl::StrFormat("   %.1f%% of the %.0f Gb/s link",
+                              100 * r.average_gbps / link_gbps_, link_gbps_)
+            : "";
+    std::printf(" %-7u %-12llu %-17.2f %-20.2f %-14.6f%s\n", size,
                 static_cast<unsigned long long>(count), r.peak_gbps,
-                r.average_gbps, r.mpps);
+                r.average_gbps, r.mpps, of_link.c_str());
     std::fflush(stdout);
     report_.AddRow()
         .Add("tool", "rdma_bw")
@@ -305,7 +335,9 @@ class BwClient {
         .Add("rdma_in_flight", static_cast<uint64_t>(flags_.rdma_in_flight))
         .Add("inline_mode", backend_flags_.inline_mode)
         .Add("usable_inline", connection_.usable_inline())
-        .Add("progress", backend_flags_.progress);
+        .Add("progress", backend_flags_.progress)
+        .Add("virtual_time", link_gbps_ > 0)
+        .Add("link_gbps", link_gbps_);
   }
 
   absl::Status RunSend() {
@@ -320,7 +352,7 @@ class BwClient {
       message[i] = static_cast<std::byte>(i * 13 + 5);
     }
     const uint64_t count = flags_.iterations;
-    Marks marks;
+    Marks marks(connection_.env());
     for (uint32_t size : sizes_) {
       std::span<std::byte> m(message.data(), size);
       // Warm-up, acknowledged, then the timed stream.
@@ -336,11 +368,11 @@ class BwClient {
         return status;
       }
       marks.Start(count);
-      Deadline deadline = DeadlineIn(session_.timeout());
+      Deadline deadline = connection_.env().DeadlineIn(session_.timeout());
       for (uint64_t i = 0; i < count; ++i) {
         Stamp(m, StampValue(size, i));
         if (i % kDeadlineRefresh == 0) {
-          deadline = DeadlineIn(session_.timeout());
+          deadline = connection_.env().DeadlineIn(session_.timeout());
         }
         if (absl::Status status = connection_.Send(m, deadline); !status.ok()) {
           return status;
@@ -389,7 +421,7 @@ class BwClient {
     std::printf("%s\n", Header("RDMA Write").c_str());
 
     std::vector<RdmaOp> ops(ring);
-    Marks marks;
+    Marks marks(connection_.env());
     for (uint32_t size : sizes_) {
       // ops[j] writes local slot j to remote slot j.
       for (size_t j = 0; j < ring; ++j) {
@@ -457,7 +489,7 @@ class BwClient {
     uint64_t posted = 0;
     uint64_t done = 0;
     uint32_t idle = 0;
-    Deadline deadline = DeadlineIn(session_.timeout());
+    Deadline deadline = connection_.env().DeadlineIn(session_.timeout());
     uint64_t next_refresh = kDeadlineRefresh;
     while (done < count) {
       // Refill: every free slot, as one post, in slot order (a run that
@@ -477,7 +509,12 @@ class BwClient {
       }
       if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
         // Busy-poll as ib_write_bw does; the clock only now and then.
-        if (++idle % 4096 == 0 && Clock::now() >= deadline) {
+        if (connection_.env().virtual_time()) {
+          // Simulated wire in virtual time: it moves only while this
+          // thread waits.
+          (void)engine_->Wait(deadline);
+        }
+        if (++idle % 4096 == 0 && connection_.env().Now() >= deadline) {
           return absl::DeadlineExceededError(absl::StrCat(
               "WRITE size ", size, ": no completion in ", session_.timeout_s,
               " s (", posted - done, " outstanding)"));
@@ -494,7 +531,7 @@ class BwClient {
         if (progress != nullptr) progress->Progress(done);
       }
       if (done >= next_refresh) {
-        deadline = DeadlineIn(session_.timeout());
+        deadline = connection_.env().DeadlineIn(session_.timeout());
         next_refresh = done + kDeadlineRefresh;
       }
     }
@@ -503,6 +540,7 @@ class BwClient {
 
   Connection& connection_;
   Engine* const engine_;
+  const double link_gbps_;
   const BackendFlags& backend_flags_;
   const SessionFlags& session_;
   const BwFlags& flags_;
@@ -526,9 +564,10 @@ absl::Status ServeSend(Connection& connection,
     for (int phase = 0; phase < 2; ++phase) {
       const uint64_t n = phase == 0 ? warmup : count;
       const uint64_t base = phase == 0 ? (1ull << 32) : 0;
-      Deadline deadline = DeadlineIn(session.timeout());
+      Deadline deadline = connection.env().DeadlineIn(session.timeout());
       for (uint64_t i = 0; i < n; ++i) {
-        if (i % kDeadlineRefresh == 0) deadline = DeadlineIn(session.timeout());
+        if (i % kDeadlineRefresh == 0)
+          deadline = connection.env().DeadlineIn(session.timeout());
         absl::StatusOr<size_t> got = connection.Receive(buffer, deadline);
         if (!got.ok()) return got.status();
         if (*got != size ||
@@ -546,11 +585,12 @@ absl::Status ServeSend(Connection& connection,
                       reinterpret_cast<const char*>(buffer.data()),
                       std::min<size_t>(*got, 8))),
                   StampValue(size, base | i))),
-              DeadlineIn(session.timeout()));
+              connection.env().DeadlineIn(session.timeout()));
         }
       }
       if (absl::Status status =
-              SendText(connection, "ACK", DeadlineIn(session.timeout()));
+              SendText(connection, "ACK",
+                       connection.env().DeadlineIn(session.timeout()));
           !status.ok()) {
         return status;
       }
@@ -567,7 +607,8 @@ absl::Status ServeWrite(Connection& connection,
   absl::StatusOr<MemoryRegion> region =
       connection.context().RegisterMemory(target, kRemoteWrite);
   if (!region.ok())
-    return Refuse(connection, region.status(), DeadlineIn(session.timeout()));
+    return Refuse(connection, region.status(),
+                  connection.env().DeadlineIn(session.timeout()));
   std::array<std::byte, RemoteRegion::kEncodedSize> encoded;
   region->remote().Encode(encoded);
   if (absl::Status status = SendText(
@@ -576,7 +617,7 @@ absl::Status ServeWrite(Connection& connection,
                        absl::BytesToHexString(absl::string_view(
                            reinterpret_cast<const char*>(encoded.data()),
                            encoded.size()))),
-          DeadlineIn(session.timeout()));
+          connection.env().DeadlineIn(session.timeout()));
       !status.ok()) {
     return status;
   }
@@ -597,7 +638,7 @@ absl::Status ServeWrite(Connection& connection,
       return Refuse(connection,
                     absl::DataLossError(absl::StrCat("expected CHECK ", size,
                                                      ", got \"", *check, "\"")),
-                    DeadlineIn(session.timeout()));
+                    connection.env().DeadlineIn(session.timeout()));
     }
     for (uint64_t j = 0; j < ring && j < count; ++j) {
       const uint64_t last = j + ring * ((count - 1 - j) / ring);
@@ -606,11 +647,11 @@ absl::Status ServeWrite(Connection& connection,
                       absl::DataLossError(absl::StrFormat(
                           "WRITE size %u: slot %u does not hold operation %u",
                           size, j, last)),
-                      DeadlineIn(session.timeout()));
+                      connection.env().DeadlineIn(session.timeout()));
       }
     }
-    if (absl::Status status =
-            SendText(connection, "ACK", DeadlineIn(session.timeout()));
+    if (absl::Status status = SendText(
+            connection, "ACK", connection.env().DeadlineIn(session.timeout()));
         !status.ok()) {
       return status;
     }
@@ -622,24 +663,26 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
                     bool verbose) {
   std::vector<std::byte> scratch(kControlMessageSize);
   while (true) {
-    absl::StatusOr<std::string> text =
-        ReceiveText(connection, scratch, DeadlineIn(session.timeout()));
+    absl::StatusOr<std::string> text = ReceiveText(
+        connection, scratch, connection.env().DeadlineIn(session.timeout()));
     if (!text.ok()) return text.status();
     if (*text == "DONE") {
       if (absl::Status status =
-              SendText(connection, "DONE", DeadlineIn(session.timeout()));
+              SendText(connection, "DONE",
+                       connection.env().DeadlineIn(session.timeout()));
           !status.ok()) {
         return status;
       }
-      absl::StatusOr<size_t> after =
-          connection.Receive(scratch, DeadlineIn(session.timeout()));
+      absl::StatusOr<size_t> after = connection.Receive(
+          scratch, connection.env().DeadlineIn(session.timeout()));
       if (after.ok()) return absl::DataLossError("a message after DONE");
       if (!absl::IsUnavailable(after.status())) return after.status();
-      return connection.Close(DeadlineIn(session.timeout()));
+      return connection.Close(connection.env().DeadlineIn(session.timeout()));
     }
     absl::StatusOr<Plan> plan = Plan::Decode(*text);
     if (!plan.ok())
-      return Refuse(connection, plan.status(), DeadlineIn(session.timeout()));
+      return Refuse(connection, plan.status(),
+                    connection.env().DeadlineIn(session.timeout()));
     absl::StatusOr<std::vector<uint32_t>> sizes = plan->Sizes("sizes");
     absl::StatusOr<int64_t> iterations = plan->Int("iterations");
     absl::StatusOr<int64_t> warmup = plan->Int("warmup");
@@ -666,7 +709,8 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
       }
     }
     if (!problem.ok()) {
-      return Refuse(connection, problem, DeadlineIn(session.timeout()));
+      return Refuse(connection, problem,
+                    connection.env().DeadlineIn(session.timeout()));
     }
     if (verbose) {
       std::printf("serving %s\n", text->c_str());
@@ -674,8 +718,8 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
     }
     absl::Status served;
     if (op == "send") {
-      if (absl::Status status =
-              SendText(connection, "OK", DeadlineIn(session.timeout()));
+      if (absl::Status status = SendText(
+              connection, "OK", connection.env().DeadlineIn(session.timeout()));
           !status.ok()) {
         return status;
       }
@@ -727,8 +771,16 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "rdma_bw: %s\n", bad.ToString().c_str());
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<BenchBackend>> backend =
-      BenchBackend::Open(backend_flags, *mode == BenchMode::kSelf);
+  if (bw.virtual_time &&
+      (!backend_flags.is_sim() || *mode != BenchMode::kSelf)) {
+    std::fprintf(stderr,
+                 "rdma_bw: --virtual_time needs --backend=sim and --self (the "
+                 "simulator's clock is one process's)\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<BenchBackend>> backend = BenchBackend::Open(
+      backend_flags, *mode == BenchMode::kSelf,
+      bw.virtual_time ? SimClock::kVirtual : SimClock::kWallClock);
   if (!backend.ok()) {
     std::fprintf(stderr, "rdma_bw: error: opening the backend: %s\n",
                  backend.status().ToString().c_str());
@@ -767,11 +819,23 @@ int Main(int argc, char** argv) {
     engine = *std::move(created);
   }
 
+  double link_gbps = 0;
+  if (bw.virtual_time) {
+    absl::StatusOr<double> rate =
+        (*backend)->fabric()->LinkGbps((*backend)->local().device_name());
+    if (!rate.ok()) {
+      std::fprintf(stderr, "rdma_bw: error: %s\n",
+                   rate.status().ToString().c_str());
+      return 1;
+    }
+    link_gbps = *rate;
+  }
+
   BenchRoles roles;
   roles.client_engine = engine.get();
   roles.client = [&](Connection& connection) {
     BwClient client(connection, engine.get(), backend_flags, session, bw,
-                    *sizes);
+                    *sizes, link_gbps);
     absl::Status status = client.Run();
     if (status.ok()) status = client.report().Write(session.csv, session.json);
     return status;

@@ -3,7 +3,8 @@
 // simulator and over libibverbs (Soft-RoCE in CI's VM). Several connections
 // on one engine with blocking calls, PostWrite()/PostRead() batches checked
 // byte for byte, the engine's fd in the caller's epoll set, a dead peer's
-// operations each ended once, and back-pressure from a full send queue.
+// operations each ended once, back-pressure from a full send queue, and a
+// batch's deadline failing a connection to a peer that stopped answering.
 // Every wait is bounded by a deadline from the backend's clock (virtual on
 // the simulator), of 30 s without progress: enough for a loaded VM, and it
 // grows with the work since each completion restarts it.
@@ -430,6 +431,81 @@ TEST_F(EngineEndToEndTest, AFullSendQueueRefusesPostsWithResourceExhausted) {
               0)
         << "op " << op;
   }
+}
+
+// Per-batch deadlines (engine.h, "Deadlines") over a peer that stops
+// answering: a batch due in 100 ms fails its connection with
+// kDeadlineExceeded naming its first overdue handle, well before the QP's
+// retry budget (4.096 us x 2^14 x 8 = 0.54 s by default; Soft-RoCE's
+// completion watchdog, 2 s) could, and every op in flight ends once:
+// WRITEs OUTCOME_UNKNOWN, READs FAILED.
+TEST_F(EngineEndToEndTest, AnOverdueBatchFailsItsConnectionBeforeTheRetries) {
+  ASSERT_NO_FATAL_FAILURE(ConnectOnEngine(1));
+  if (sim::Fabric* fabric = backend().fabric()) {
+    // In kImmediate a post runs the fabric to quiescence, retries to a dead
+    // peer included, before the engine could look at a deadline; a NIC
+    // works while the caller waits, as kManual has it.
+    fabric->set_progress_mode(sim::ProgressMode::kManual);
+  }
+  Connection& client = *pairs_[0].client;
+  constexpr size_t kOps = 16;
+  std::vector<std::byte> source(kOps * kSpan), target(kOps * kSpan),
+      readback(kOps * kSpan);
+  for (size_t op = 0; op < kOps; ++op) {
+    FillMessage(61, op, {source.data() + op * kSpan, kSpan});
+  }
+  MemoryRegion source_mr =
+      RegisterForTest(client_context(), source, kLocalOnly);
+  MemoryRegion target_mr =
+      RegisterForTest(server_context(), target, kRemoteRead | kRemoteWrite);
+  MemoryRegion readback_mr =
+      RegisterForTest(client_context(), readback, kLocalWrite);
+  auto batch_of = [&](size_t first, bool write) {
+    std::vector<RdmaOp> batch;
+    for (size_t op = first; op < first + 4; ++op) {
+      batch.push_back({write ? &source_mr : &readback_mr, op * kSpan,
+                       OpLength(0, op), target_mr.remote(), op * kSpan});
+    }
+    return batch;
+  };
+  std::map<OpHandle, Completion> ended;
+  // A batch with a deadline that is met: nothing happens to it.
+  absl::StatusOr<OpHandle> in_time =
+      client.PostWrite(batch_of(0, true), env().DeadlineIn(seconds(30)));
+  E2E_ASSERT_OK(in_time.status());
+  ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, 4));
+  for (const auto& [handle, c] : ended) {
+    ASSERT_EQ(c.outcome, OpOutcome::kCompleted) << c.status;
+  }
+  E2E_ASSERT_OK(backend().KillPeer(*pairs_[0].server));
+  const Deadline posted_at = env().Now();
+  const Deadline due = posted_at + std::chrono::milliseconds(100);
+  absl::StatusOr<OpHandle> writes = client.PostWrite(batch_of(4, true), due);
+  E2E_ASSERT_OK(writes.status());
+  absl::StatusOr<OpHandle> reads = client.PostRead(batch_of(8, false), due);
+  E2E_ASSERT_OK(reads.status());
+  ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, 12));
+  const Deadline noticed = env().Now();
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << client.status();
+  const std::string named = absl::StrCat("handle ", *writes, ",");
+  EXPECT_NE(client.status().message().find(named), std::string::npos)
+      << client.status();
+  // At the deadline, not at the end of the retries: well inside 0.54 s
+  // even on a loaded TCG guest (the engine's Wait() wakes for it).
+  EXPECT_GE(noticed, due);
+  EXPECT_LT(noticed - posted_at, std::chrono::milliseconds(450));
+  for (OpHandle h = *writes; h < *reads + 4; ++h) {
+    const Completion& c = ended.at(h);
+    EXPECT_EQ(c.status.code(), absl::StatusCode::kDeadlineExceeded)
+        << "handle " << h << ": " << c.status;
+    EXPECT_EQ(c.outcome,
+              c.is_write ? OpOutcome::kOutcomeUnknown : OpOutcome::kFailed)
+        << "handle " << h;
+  }
+  EXPECT_EQ(client.async_ops_in_flight(), 0u);
+  EXPECT_EQ(client.PostWrite(batch_of(12, true)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
 }
 
 }  // namespace

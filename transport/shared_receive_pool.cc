@@ -5,6 +5,7 @@
 
 #include "transport/shared_receive_pool.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -76,9 +77,7 @@ absl::StatusOr<std::unique_ptr<SharedReceivePool>> SharedReceivePool::Create(
     return WithContext(srq.status(), "engine: shared receive queue");
   }
   pool->srq_ = *srq;
-  for (uint32_t index = 0; index < slots; ++index) {
-    if (absl::Status status = pool->Repost(index); !status.ok()) return status;
-  }
+  if (absl::Status status = pool->PostAllSlots(); !status.ok()) return status;
   return pool;
 }
 
@@ -107,15 +106,43 @@ absl::Status SharedReceivePool::Reserve(uint32_t credits) {
   return absl::OkStatus();
 }
 
-absl::Status SharedReceivePool::Repost(uint32_t index) {
-  ibv_sge sge;
+void SharedReceivePool::FillReceive(uint32_t index, ibv_recv_wr& wr,
+                                    ibv_sge& sge) const {
   sge.addr = reinterpret_cast<uint64_t>(slot(index));
   sge.length = slot_bytes_;
   sge.lkey = region_.lkey();
-  ibv_recv_wr wr = {};
+  wr = ibv_recv_wr{};
   wr.wr_id = MakeWrId(WrKind::kSrqRecv, 0, index);
   wr.sg_list = &sge;
   wr.num_sge = 1;
+}
+
+absl::Status SharedReceivePool::PostAllSlots() {
+  // Chains of kChain: 16,384 slots are 256 posts, not 16,384.
+  constexpr uint32_t kChain = 64;
+  ibv_recv_wr wrs[kChain];
+  ibv_sge sges[kChain];
+  for (uint32_t first = 0; first < slots_; first += kChain) {
+    const uint32_t n = std::min(kChain, slots_ - first);
+    for (uint32_t i = 0; i < n; ++i) {
+      FillReceive(first + i, wrs[i], sges[i]);
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+    }
+    ibv_recv_wr* bad = nullptr;
+    if (absl::Status status = verbs_.PostSrqRecv(srq_, wrs, &bad);
+        !status.ok()) {
+      return WithContext(
+          status, absl::StrCat("engine: posting shared receive slots ", first,
+                               "..", first + n - 1, " of ", slots_));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SharedReceivePool::Repost(uint32_t index) {
+  ibv_sge sge;
+  ibv_recv_wr wr;
+  FillReceive(index, wr, sge);
   ibv_recv_wr* bad = nullptr;
   absl::Status status = verbs_.PostSrqRecv(srq_, &wr, &bad);
   if (!status.ok()) [[unlikely]] {

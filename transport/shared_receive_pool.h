@@ -85,6 +85,10 @@ class SharedReceivePool {
  private:
   SharedReceivePool(const Context& context, uint32_t slots,
                     uint32_t slot_bytes);
+  // The receive of slot `index`: its bytes, the region's key, its wr_id.
+  void FillReceive(uint32_t index, ibv_recv_wr& wr, ibv_sge& sge) const;
+  // Every slot on the queue at creation, in chained posts.
+  absl::Status PostAllSlots();
 
   const Context& context_;
   Verbs& verbs_;

@@ -298,6 +298,23 @@ absl::StatusOr<SimCounters> Fabric::DeviceCounters(
   return found->counters;
 }
 
+absl::Status Fabric::ConfigureSwitch(const SwitchOptions& options) {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  return core_->ConfigureSwitchLocked(options);
+}
+
+absl::StatusOr<SwitchPortCounters> Fabric::SwitchCounters(
+    std::string_view device) const {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  const Device* found = core_->FindDevice(device);
+  if (found == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no device named \"", std::string(device), "\""));
+  }
+  if (found->index >= core_->switch_ports.size()) return SwitchPortCounters{};
+  return core_->switch_ports[found->index].counters();
+}
+
 std::vector<LiveObject> Fabric::LeakReport() const {
   std::lock_guard<internal::CoreMutex> lock(core_->mu);
   return core_->LeakReportLocked();

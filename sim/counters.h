@@ -47,8 +47,10 @@ struct SimCounters {
   // The bytes of those packets on the wire: payload and headers (link.h).
   uint64_t wire_bytes_sent = 0;
   // Packets lost: injected drops, packets to a dead device or to no QP, or to
-  // a QP not ready to receive, and out-of-sequence PSNs. Counted at the device
-  // where the packet died (the sender's when nothing matched its route).
+  // a QP not ready to receive, out-of-sequence PSNs, and tail drops at the
+  // switch's egress port towards the device (sim/switch.h). Counted at the
+  // device where the packet died (the sender's when nothing matched its
+  // route).
   uint64_t packets_dropped = 0;
   // Of packets_sent, by the traffic class in their GRH (the IP ToS byte on
   // RoCE v2) as the packet left: the sending QP's ah_attr.grh.traffic_class,

@@ -126,6 +126,17 @@ void FillVerbsDevice(Device& device) {
                 "/sys/class/infiniband/%s", device.name.c_str());
 }
 
+// The device named `name`; kNotFound naming it.
+absl::StatusOr<const Device*> FindNamedDevice(const FabricCore& core,
+                                              std::string_view name) {
+  const Device* found = core.FindDevice(name);
+  if (found == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no device named \"", std::string(name), "\""));
+  }
+  return found;
+}
+
 }  // namespace
 
 std::string LiveObject::ToString() const {
@@ -290,12 +301,24 @@ SimCounters Fabric::Counters() const {
 absl::StatusOr<SimCounters> Fabric::DeviceCounters(
     std::string_view device) const {
   std::lock_guard<internal::CoreMutex> lock(core_->mu);
-  const Device* found = core_->FindDevice(device);
-  if (found == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("no device named \"", std::string(device), "\""));
-  }
-  return found->counters;
+  absl::StatusOr<const Device*> found = FindNamedDevice(*core_, device);
+  if (!found.ok()) return found.status();
+  return (*found)->counters;
+}
+
+absl::Status Fabric::ConfigureSwitch(const SwitchOptions& options) {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  return core_->ConfigureSwitchLocked(options);
+}
+
+absl::StatusOr<SwitchPortCounters> Fabric::SwitchCounters(
+    std::string_view device) const {
+  std::lock_guard<internal::CoreMutex> lock(core_->mu);
+  absl::StatusOr<const Device*> found = FindNamedDevice(*core_, device);
+  if (!found.ok()) return found.status();
+  const uint32_t index = (*found)->index;
+  if (index >= core_->switch_ports.size()) return SwitchPortCounters{};
+  return core_->switch_ports[index].counters();
 }
 
 std::vector<LiveObject> Fabric::LeakReport() const {

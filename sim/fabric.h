@@ -20,6 +20,10 @@
 // on InfiniBand, whose LID is ah_attr.dlid), then dest_qp_num on it. Packets
 // with no route are lost and the sender ends in IBV_WC_RETRY_EXC_ERR.
 //
+// The switch. Off by default: packets go from port to port. With
+// ConfigureSwitch(), every packet crosses a switch with eight priority
+// queues per egress port, picked by the packet's DSCP (sim/switch.h).
+//
 // Progress. Work moves as discrete events on a virtual clock (nanoseconds
 // from the fabric's creation). Messages travel as path-MTU packets; a packet
 // queues behind the others leaving its port, takes its serialisation time at
@@ -53,6 +57,7 @@
 #include "sim/device_profile.h"
 #include "sim/fault_injector.h"
 #include "sim/sim_env.h"
+#include "sim/switch.h"
 
 namespace rdma_transport::sim {
 
@@ -137,6 +142,18 @@ class Fabric {
 
   SimCounters Counters() const;  // Summed over all devices.
   absl::StatusOr<SimCounters> DeviceCounters(std::string_view device) const;
+
+  // --- The switch (sim/switch.h) ---
+
+  // Puts the switch between the ports (options.enabled) or takes it away,
+  // with empty queues and zero counters. kInvalidArgument for bad options
+  // (ValidateSwitchOptions); kFailedPrecondition while packets are in the
+  // switch (configure it before traffic, or when the fabric is idle).
+  absl::Status ConfigureSwitch(const SwitchOptions& options);
+  // The counters of the switch's egress port towards `device` (all zero
+  // with the switch off). kNotFound for an unknown device.
+  absl::StatusOr<SwitchPortCounters> SwitchCounters(
+      std::string_view device) const;
 
   // Every verbs object not yet destroyed, in creation order.
   std::vector<LiveObject> LeakReport() const;

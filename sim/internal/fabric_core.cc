@@ -108,6 +108,12 @@ bool FabricCore::IsStaleLocked(const Event& event) const {
   if (event.kind == EventKind::kFault) {
     return event.epoch != fault_generation;  // Cancelled by Clear().
   }
+  // A packet in the switch occupies it whoever it belongs to; it may turn
+  // stale at its destination.
+  if (event.kind == EventKind::kSwitchArrive ||
+      event.kind == EventKind::kSwitchDequeue) {
+    return false;
+  }
   const SimQp* qp = FindQpByNum(event.qp_num);
   if (qp == nullptr || qp->epoch != event.epoch) return true;
   switch (event.kind) {
@@ -161,6 +167,15 @@ bool FabricCore::StepLocked() {
       break;
     case EventKind::kFault:
       HandleFaultLocked(event);
+      break;
+    case EventKind::kSwitchArrive:
+      // The packet, payload and all, is in a switch queue now (or was
+      // dropped and released there).
+      HandleSwitchArriveLocked(event);
+      DropStaleEventsLocked();
+      return true;
+    case EventKind::kSwitchDequeue:
+      HandleSwitchDequeueLocked(event);
       break;
   }
   ReleasePayloadLocked(event);

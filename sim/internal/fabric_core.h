@@ -60,7 +60,9 @@
 #include "sim/fabric.h"
 #include "sim/fault_injector.h"
 #include "sim/internal/ring.h"
+#include "sim/internal/switch_port.h"
 #include "sim/internal/trace.h"
+#include "sim/switch.h"
 
 namespace rdma_transport::sim::internal {
 
@@ -474,6 +476,10 @@ enum class EventKind : uint8_t {
   kRetryTimer,  // Requester: its transport timer expires.
   kFlush,       // A QP in ERR completes its outstanding work with FLUSH_ERR.
   kFault,       // A fault scheduled by FaultInjector::*At() happens.
+  // The switch (switch.cc): a packet reaches it (to be delivered as
+  // `deliver_as`), and an egress port finishes sending one.
+  kSwitchArrive,
+  kSwitchDequeue,
 };
 
 // What a kFault event does to its device.
@@ -527,6 +533,13 @@ struct Event {
   // kFault (`epoch` then holds the fault generation it was scheduled in).
   ScheduledFault fault = ScheduledFault::kKillDevice;
   uint32_t fault_device = 0;
+  // kSwitchArrive: the packet's kind at its destination, its traffic class
+  // and wire bytes, and the device whose switch egress port it leaves by
+  // (kSwitchDequeue: the port).
+  EventKind deliver_as = EventKind::kArrive;
+  uint8_t traffic_class = 0;
+  uint32_t wire_bytes = 0;
+  uint32_t egress_device = 0;
 };
 
 // --- Faults ---
@@ -615,6 +628,12 @@ class FabricCore {
   // in order (see trace.h); events_run counts the events.
   Trace trace;
   uint64_t events_run = 0;
+  // The switch (sim/switch.h, switch.cc): its options, one egress port per
+  // device (sized when enabled), and the packets on their way to it or in
+  // its queues.
+  SwitchOptions switch_options;
+  std::vector<SwitchPort<Event>> switch_ports;
+  uint64_t packets_in_switch = 0;
 
   // --- Lookups: nullptr for an unknown or destroyed handle ---
   SimContext* FindContext(const ibv_context* handle) const;
@@ -713,6 +732,10 @@ class FabricCore {
   // Counts a lost packet at `where` and records it in the trace.
   void CountPacketLostLocked(Device& where, uint32_t qp_num);
 
+  // Fabric::ConfigureSwitch (switch.cc): kInvalidArgument for bad options,
+  // kFailedPrecondition while packets are in the switch; resets its ports.
+  absl::Status ConfigureSwitchLocked(const SwitchOptions& options);
+
   std::vector<LiveObject> LeakReportLocked() const;
 
  private:
@@ -727,6 +750,8 @@ class FabricCore {
   void HandleRetryTimerLocked(const Event& event);
   void HandleFlushLocked(const Event& event);
   void HandleFaultLocked(const Event& event);
+  void HandleSwitchArriveLocked(const Event& event);
+  void HandleSwitchDequeueLocked(const Event& event);
 
   // --- Requester (requester.cc) ---
   // Schedules the QP's next kTransmit at `at` (once).
@@ -806,6 +831,13 @@ class FabricCore {
   // The same without delivering it (a packet that leaves and is lost).
   Nanos ReserveEgressLocked(Device& from, uint8_t traffic_class,
                             const Event& packet, uint32_t header_bytes);
+  // With the switch enabled: `packet` of `wire_bytes` reaches the switch at
+  // `at`, on its way to the device `egress_device` (switch.cc).
+  void SendToSwitchLocked(Event packet, uint8_t traffic_class,
+                          uint32_t wire_bytes, Nanos at);
+  // Sends the next packet the scheduler of the idle switch egress port
+  // `index` picks; the caller checked it has one.
+  void SwitchTransmitLocked(uint32_t index);
   // Payload buffers of packets in flight, from the pool of the requester
   // QP `owner` whose connection the packet belongs to (SimQp::payloads):
   // a buffer of at least `bytes`, reused if one is free.

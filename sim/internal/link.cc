@@ -6,6 +6,16 @@
 #include "sim/internal/fabric_core.h"
 
 namespace rdma_transport::sim::internal {
+namespace {
+
+// A packet's bytes on the wire: payload and every header.
+uint32_t WireBytes(const Device& from, const Event& packet,
+                   uint32_t header_bytes) {
+  return packet.payload_bytes + BaseHeaderBytes(from.profile.link_layer) +
+         header_bytes;
+}
+
+}  // namespace
 
 uint64_t LinkRateMbps(const DeviceProfile& profile) {
   uint64_t lanes = 1;
@@ -63,9 +73,7 @@ uint32_t BaseHeaderBytes(uint8_t link_layer) {
 Nanos FabricCore::ReserveEgressLocked(Device& from, uint8_t traffic_class,
                                       const Event& packet,
                                       uint32_t header_bytes) {
-  const uint64_t bytes = uint64_t{packet.payload_bytes} +
-                         BaseHeaderBytes(from.profile.link_layer) +
-                         header_bytes;
+  const uint64_t bytes = WireBytes(from, packet, header_bytes);
   // Picoseconds: bits * 10^6 / (Mb/s).
   const int64_t serialisation_ps = static_cast<int64_t>(
       bytes * 8 * 1000000 / std::max<uint64_t>(1, from.link_mbps));
@@ -84,7 +92,12 @@ Nanos FabricCore::SendOnWireLocked(Device& from, uint8_t traffic_class,
   const Nanos left =
       ReserveEgressLocked(from, traffic_class, packet, header_bytes);
   packet.time = left + options.link_latency + extra_delay;
-  ScheduleLocked(packet);
+  if (switch_options.enabled) {
+    SendToSwitchLocked(packet, traffic_class,
+                       WireBytes(from, packet, header_bytes), packet.time);
+  } else {
+    ScheduleLocked(packet);
+  }
   return left;
 }
 

@@ -393,25 +393,77 @@ class Connection final : private AsyncEventListener {
   absl::Status NoEngineError() const;
   // The longest piece one work request of Write()/Read()/PostWrite() moves.
   uint64_t MaxRdmaPieceLocked() const;
-  const Context& context_;
+  // Takes mu_, counted in entering_ while waiting for it, so that a busy
+  // poller holding it knows whether anybody wants it.
+  std::unique_lock<std::mutex> Enter() const;
+
+  // --- What every message touches, together at the front. With a thousand
+  // connections on one core their state is far larger than the cache: each
+  // message then pays a miss per cache line of its connection it reads, so
+  // the fields of Send(), Receive() and completion dispatch share a few
+  // lines instead of one each (docs/performance.md, "Many connections").
   Verbs& verbs_;
   Env& env_;
+  // The engine's slot of this connection (wr_id.h), when it has an engine.
+  Engine* const engine_;
+  // The engine's shared receive slots, when it has them: receives come
+  // from there and recv_buffer_/recv_ring_ stay empty.
+  SharedReceivePool* const srq_pool_;
+  ibv_cq* cq_ = nullptr;
+  mutable std::mutex mu_;
+  mutable std::atomic<int> entering_{0};
+  int active_calls_ = 0;  // calls inside the connection (for Close)
+  int cv_waiters_ = 0;    // threads in cv_.wait_until() (SleepLocked)
+  // Send queue accounting and signalling (sequence numbers, room, bytes
+  // outstanding): with send_progress_time_, the watchdog's inputs.
+  SendQueueLedger sq_;
+  SendCredits send_credits_;
+  OwedCredits owed_credits_;
+  uint32_t engine_slot_ = 0;
+  uint32_t next_send_slot_ = 0;
+  uint32_t send_limit_ = 0;
+  uint32_t slot_size_ = 0;
+  int ready_fd_ = -1;  // kEvent: eventfd, set while readiness holds
+  bool established_ = false;
+  bool peer_closed_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+  bool engine_attached_ = false;
+  bool keepalive_outstanding_ = false;
+  bool ready_set_ = false;
+  bool cq_armed_ = false;
+  absl::Status failure_;
+  // Completions seen, and the count when last_activity_ was last moved: the
+  // clock is read only when somebody waits, not per completion.
+  uint64_t completions_ = 0;
+  uint64_t engine_dispatched_ = 0;  // completions the engine handed over
+  // Received data messages not yet taken by Receive(): (slot, length).
+  std::vector<std::pair<uint32_t, uint32_t>> arrived_;
+  size_t arrived_head_ = 0;
+  size_t arrived_count_ = 0;
+  // Asynchronous operations in flight, oldest first, with what their
+  // pieces need to be posted later (the cap on bytes in flight; async_op.h).
+  AsyncOpRing async_;
+  NegotiatedQp inline_;
+  // Send slots are used round robin; each remembers the sequence of the
+  // send that used it, and is free once that sequence has completed.
+  std::vector<uint64_t> send_slot_seq_;
+  MemoryRegion send_ring_;
+  MemoryRegion recv_ring_;
+  std::condition_variable cv_;
+  ConnectionStats stats_;
+  // --- The rest: setup, liveness, one-sided operations, teardown.
+
+  const Context& context_;
   const ConnectionOptions options_;
   std::string name_;  // set by the setup code, fixed once established
 
   // Verbs resources.
   ibv_comp_channel* channel_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  NegotiatedQp inline_;
   AlignedBuffer send_buffer_;
   AlignedBuffer recv_buffer_;
-  MemoryRegion send_ring_;
-  MemoryRegion recv_ring_;
   int wakeup_fd_ = -1;  // kEvent: wakes a waiter blocked in poll(2)
-  int ready_fd_ = -1;   // kEvent: eventfd, set while readiness holds
   int epoll_fd_ = -1;   // kEvent: what event_fd() returns
-  bool ready_set_ = false;
-  bool cq_armed_ = false;
   // A 64-byte registered slot the peer's probes write into, and the peer's.
   AlignedBuffer probe_buffer_;
   MemoryRegion probe_slot_;
@@ -424,49 +476,15 @@ class Connection final : private AsyncEventListener {
   std::atomic<int> async_event_{0};  // ibv_event_type + 1, 0: none
   bool registered_ = false;
 
-  // Takes mu_, counted in entering_ while waiting for it, so that a busy
-  // poller holding it knows whether anybody wants it.
-  std::unique_lock<std::mutex> Enter() const;
-
-  mutable std::mutex mu_;
-  mutable std::atomic<int> entering_{0};
-  std::condition_variable cv_;
-
-  // Send queue accounting and signalling (sequence numbers, room, bytes
-  // outstanding), and when the send queue last made progress (or became
-  // busy): with the ledger's signaled_end(), the watchdog's inputs.
-  SendQueueLedger sq_;
+  // When the send queue last made progress (or became busy).
   Deadline send_progress_time_;
   uint64_t watchdog_seen_ = ~uint64_t{0};  // sq_.completed() when last looked
   bool watchdog_armed_ = false;
   Clock::duration completion_timeout_{};
-  // Completions seen, and the count when last_activity_ was last moved: the
-  // clock is read only when somebody waits, not per completion.
-  uint64_t completions_ = 0;
   uint64_t activity_seen_ = 0;
   uint32_t spin_turns_ = 0;
-  // Send slots are used round robin; each remembers the sequence of the
-  // send that used it, and is free once that sequence has completed.
-  std::vector<uint64_t> send_slot_seq_;
-  uint32_t next_send_slot_ = 0;
-  uint32_t send_limit_ = 0;
 
-  SendCredits send_credits_;
-  OwedCredits owed_credits_;
-
-  // Received data messages not yet taken by Receive(): (slot, length).
-  std::vector<std::pair<uint32_t, uint32_t>> arrived_;
-  size_t arrived_head_ = 0;
-  size_t arrived_count_ = 0;
-
-  absl::Status failure_;
-  bool established_ = false;
-  bool peer_closed_ = false;
-  bool closing_ = false;
-  bool closed_ = false;
-  bool keepalive_outstanding_ = false;
   uint32_t psn_ = 0;
-  int active_calls_ = 0;       // calls inside the connection (for Close)
   bool event_waiter_ = false;  // a thread is blocked on the channel fd
   Deadline last_activity_;
 
@@ -479,22 +497,6 @@ class Connection final : private AsyncEventListener {
   // Windows bound by BindRegion(), shared with their PeerRegions; released
   // ones are dropped at the next bind, the rest at teardown.
   std::vector<std::shared_ptr<BoundWindow>> windows_;
-  uint32_t slot_size_ = 0;
-
-  // The engine's slot of this connection (wr_id.h), when it has an engine.
-  Engine* const engine_;
-  // The engine's shared receive slots, when it has them: receives come
-  // from there and recv_buffer_/recv_ring_ stay empty.
-  SharedReceivePool* const srq_pool_;
-  uint32_t engine_slot_ = 0;
-  bool engine_attached_ = false;
-  uint64_t engine_dispatched_ = 0;  // completions the engine handed over
-
-  // Asynchronous operations in flight, oldest first, with what their
-  // pieces need to be posted later (the cap on bytes in flight; async_op.h).
-  AsyncOpRing async_;
-
-  ConnectionStats stats_;
 };
 
 }  // namespace rdma_transport

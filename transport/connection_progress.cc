@@ -146,7 +146,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   // An engine's connection busy-polls: the engine's fd is the one to sleep
   // on (engine.h).
   const bool busy =
-      options_.progress == ProgressMode::kBusyPoll || engine_ != nullptr;
+      engine_ != nullptr || options_.progress == ProgressMode::kBusyPoll;
   // kBusyPoll: most turns only let the other thread in and
   // pause; every kSpinTurns-th looks at the clock and the fds and yields.
   if (busy && ++spin_turns_ < kSpinTurns) {
@@ -255,8 +255,8 @@ void Connection::DrainChannelLocked() {
 }
 
 void Connection::LeaveLocked(std::unique_lock<std::mutex>& lock) {
-  if (options_.progress != ProgressMode::kEvent || cq_ == nullptr ||
-      engine_ != nullptr) {
+  if (engine_ != nullptr || options_.progress != ProgressMode::kEvent ||
+      cq_ == nullptr) {
     return;
   }
   if (!cq_armed_ && failure_.ok() && !closed_) {
@@ -292,7 +292,9 @@ void Connection::SleepLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
     env_.Wait(token, {}, until, kind);
     lock.lock();
   } else {
+    ++cv_waiters_;
     cv_.wait_until(lock, until);
+    --cv_waiters_;
   }
 }
 

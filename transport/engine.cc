@@ -48,7 +48,8 @@ Engine::Engine(const Context& context, const EngineOptions& options)
     : context_(context),
       verbs_(context.verbs()),
       env_(context.env()),
-      options_(options) {}
+      options_(options),
+      qp_slots_(options.max_connections) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     const Context& context, const EngineOptions& options) {
@@ -111,7 +112,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     if (!pool.ok()) return pool.status();
     engine->pool_ = *std::move(pool);
   }
-  engine->qp_slots_.reserve(options.max_connections);
   engine->slots_.assign(options.max_connections, Slot{});
   engine->free_slots_.reserve(options.max_connections);
   for (uint32_t i = options.max_connections; i > 0; --i) {
@@ -141,10 +141,7 @@ Engine::~Engine() {
 }
 
 uint32_t Engine::SlotOfQp(uint32_t qp_num) const {
-  auto it = std::lower_bound(qp_slots_.begin(), qp_slots_.end(), qp_num,
-                             [](const std::pair<uint32_t, uint32_t>& entry,
-                                uint32_t key) { return entry.first < key; });
-  return it != qp_slots_.end() && it->first == qp_num ? it->second : kNoSlot;
+  return qp_slots_.Find(qp_num);
 }
 
 absl::StatusOr<uint32_t> Engine::Attach(Connection* connection, uint32_t qp_num,
@@ -173,9 +170,7 @@ absl::StatusOr<uint32_t> Engine::Attach(Connection* connection, uint32_t qp_num,
   slots_[slot] = {connection, qp_num, cq_entries, srq_credits, -1};
   cq_reserved_ += cq_entries;
   ++attached_;
-  const std::pair<uint32_t, uint32_t> entry{qp_num, slot};
-  qp_slots_.insert(std::lower_bound(qp_slots_.begin(), qp_slots_.end(), entry),
-                   entry);
+  qp_slots_.Insert(qp_num, slot);
   return slot;
 }
 
@@ -195,9 +190,7 @@ void Engine::Detach(uint32_t slot) {
   WatchSetupStream(slot, -1);
   cq_reserved_ -= s.cq_entries;
   if (pool_ != nullptr) pool_->Unreserve(s.srq_credits);
-  const std::pair<uint32_t, uint32_t> entry{s.qp_num, slot};
-  auto it = std::lower_bound(qp_slots_.begin(), qp_slots_.end(), entry);
-  if (it != qp_slots_.end() && *it == entry) qp_slots_.erase(it);
+  if (qp_slots_.Find(s.qp_num) == slot) qp_slots_.Erase(s.qp_num);
   s = Slot{};
   free_slots_.push_back(slot);
   --attached_;

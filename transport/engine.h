@@ -52,9 +52,9 @@
 // to slots[slot] after a check that its qp_num is that connection's (a
 // completion left over from a connection that has gone is dropped). A
 // receive of the shared queue names its pool slot instead, and goes to the
-// connection whose QP it arrived on (a binary search of the attached QP
-// numbers); a stale one has its slot reposted. No allocation, no lookup
-// that allocates: the tables are sized at Create().
+// connection whose QP it arrived on (a hash table of the attached QP
+// numbers, qp_slot_table.h: O(1)); a stale one has its slot reposted. No
+// allocation, no lookup that allocates: the tables are sized at Create().
 //
 // Capacity. The CQ holds `cq_entries` completions; a connection attaching
 // reserves its send queue plus its receive queue of them (about
@@ -148,6 +148,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "transport/context.h"
+#include "transport/qp_slot_table.h"
 #include "transport/shared_receive_pool.h"
 #include "verbs_shim/env.h"
 
@@ -266,7 +267,7 @@ class Engine {
   SharedReceivePool* pool() const { return pool_.get(); }
   // The slot whose QP is `qp_num`, or kNoSlot (for SRQ receive completions,
   // whose wr_id cannot name the connection).
-  static constexpr uint32_t kNoSlot = ~uint32_t{0};
+  static constexpr uint32_t kNoSlot = QpSlotTable::kNone;
   uint32_t SlotOfQp(uint32_t qp_num) const;
   // The connection's setup stream, watched by fd() (-1: none).
   void WatchSetupStream(uint32_t slot, int fd);
@@ -297,8 +298,8 @@ class Engine {
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   std::unique_ptr<SharedReceivePool> pool_;
-  // (qp_num, slot) of every attached connection, sorted by qp_num.
-  std::vector<std::pair<uint32_t, uint32_t>> qp_slots_;
+  // The slot of every attached connection's QP, by qp_num.
+  QpSlotTable qp_slots_;
   int epoll_fd_ = -1;
   bool cq_armed_ = false;
   uint32_t cq_entries_ = 0;

@@ -350,22 +350,20 @@ struct SimSrq {
 
 struct SimQp {
   ibv_qp verbs{};
-  uint32_t id = 0;
+  // --- What the data path reads, first and together: with a thousand QPs
+  // on a fabric their state is far larger than the cache, and each packet
+  // pays a miss per cache line of its QPs it reads.
   uint32_t qp_num = 0;
+  ibv_qp_state state = IBV_QPS_RESET;
+  // Bumped on RESET and ERR: events of an older epoch are stale.
+  uint64_t epoch = 0;
   SimPd* pd = nullptr;
-  SimContext* context = nullptr;
   Device* device = nullptr;
   SimCq* send_cq = nullptr;
   SimCq* recv_cq = nullptr;
   // Receives come from this shared receive queue instead of `rq` (which is
   // then empty).
   SimSrq* srq = nullptr;
-  ibv_qp_init_attr init_attr{};  // As granted.
-  ibv_qp_attr attr{};            // Every attribute ModifyQp has set.
-  int attr_mask_set = 0;
-  ibv_qp_state state = IBV_QPS_RESET;
-  // Bumped on RESET and ERR: events of an older epoch are stale.
-  uint64_t epoch = 0;
 
   // Send queue: slots [sq_reclaimed, sq_posted) are in use; [sq_active,
   // sq_posted) are not yet completed. Indices grow forever; slot = i % depth.
@@ -417,8 +415,6 @@ struct SimQp {
   bool flush_scheduled = false;
   // Waiting (rnr_retry 7) for a receive on the responder that RNR-NAKed us.
   bool rnr_waiting = false;
-  uint32_t rnr_responder_qp_num = 0;
-  Nanos rnr_resume_not_before{0};
 
   // The device ah_attr leads to (index into FabricCore::devices), once
   // found; -1 until then, and again whenever IBV_QP_AV is modified.
@@ -428,13 +424,6 @@ struct SimQp {
   // expected_psn: later packets are dropped silently until it arrives.
   uint32_t expected_psn = 0;
   bool nak_sent = false;
-  // RDMA READs being answered: the first PSN and the packet count of each,
-  // oldest first (at most max_dest_rd_atomic).
-  struct ReadResource {
-    uint32_t psn = 0;
-    uint32_t packets = 0;
-  };
-  std::vector<ReadResource> read_resources;
 
   // The payload buffers of this connection's packets in flight, requests
   // and READ responses alike (an Event names its buffer by index here and
@@ -445,6 +434,23 @@ struct SimQp {
   // that a connection's first packets add only their own bytes.
   std::vector<std::vector<uint8_t>> payloads;
   std::vector<uint32_t> free_payloads;
+
+  ibv_qp_init_attr init_attr{};  // As granted.
+  ibv_qp_attr attr{};            // Every attribute ModifyQp has set.
+
+  // --- The rest: the control path's.
+  uint32_t id = 0;
+  SimContext* context = nullptr;
+  int attr_mask_set = 0;
+  uint32_t rnr_responder_qp_num = 0;
+  Nanos rnr_resume_not_before{0};
+  // Responder: RDMA READs being answered: the first PSN and the packet count of
+  // each, oldest first (at most max_dest_rd_atomic).
+  struct ReadResource {
+    uint32_t psn = 0;
+    uint32_t packets = 0;
+  };
+  std::vector<ReadResource> read_resources;
 
   uint32_t async_events_delivered = 0;
   uint32_t async_events_acked = 0;

@@ -92,6 +92,15 @@ TEST_F(SwitchTest, RefusesBadOptionsAndChangesWhilePacketsAreInIt) {
   ASSERT_OK(mix_->Run([&] { return mix_->completed(0) >= 1; }));
   EXPECT_EQ(fabric_->ConfigureSwitch(options).code(),
             absl::StatusCode::kFailedPrecondition);
+  // Idle again: reconfiguring empties the counters; switching it off leaves
+  // none to read.
+  ASSERT_OK(mix_->Close());
+  fabric_->RunUntilIdle();
+  EXPECT_NE(fabric_->SwitchCounters(server_)->ToString(), "");
+  ASSERT_OK(fabric_->ConfigureSwitch(options));
+  EXPECT_EQ(fabric_->SwitchCounters(server_)->ToString(), "");
+  ASSERT_OK(fabric_->ConfigureSwitch(SwitchOptions{}));
+  EXPECT_EQ(fabric_->SwitchCounters(server_)->queues[0].packets, 0u);
 }
 
 // While the high class has packets queued, the low one sends none: by the

@@ -507,10 +507,18 @@ inline constexpr size_t kPayloadSlotsAtCreate = 16;
 // A scheduled event; for kArrive and kResponse, a packet on the wire. A
 // request packet carries what its headers would (BTH, RETH, ImmDt) and, the
 // simulator's liberty, the whole message's length on every packet.
+//
+// The switch's fields (kSwitchArrive: the packet's kind at its destination,
+// its traffic class, its wire bytes, at most a 4096-byte MTU's payload and
+// headers, and the device whose switch egress port it leaves by;
+// kSwitchDequeue: that port) sit in what would be padding: 136 bytes, as
+// without them (every packet is an event; their size is the event queue's
+// cost).
 struct Event {
   Nanos time{0};
   uint64_t sequence = 0;  // FIFO among events of the same time.
   EventKind kind = EventKind::kTransmit;
+  EventKind deliver_as = EventKind::kArrive;
   uint32_t qp_num = 0;  // The requester (or the QP to flush).
   uint64_t epoch = 0;
   uint64_t wqe_index = 0;
@@ -524,11 +532,14 @@ struct Event {
   uint32_t packet = 0;   // Index within the message (a READ's: of its data).
   uint32_t packets = 0;  // The message's packet count (READ: of the rest).
   bool ack_request = false;
+  uint8_t traffic_class = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   bool solicited = false;
+  uint16_t wire_bytes = 0;
   uint32_t imm_data = 0;
   uint64_t remote_addr = 0;  // RETH (READ: where the rest starts).
   uint32_t rkey = 0;
+  uint32_t egress_device = 0;
   uint64_t length = 0;  // The message's (READ: the rest's) length.
   uint32_t payload = kNoPayload;
   uint32_t payload_bytes = 0;
@@ -539,13 +550,6 @@ struct Event {
   // kFault (`epoch` then holds the fault generation it was scheduled in).
   ScheduledFault fault = ScheduledFault::kKillDevice;
   uint32_t fault_device = 0;
-  // kSwitchArrive: the packet's kind at its destination, its traffic class
-  // and wire bytes, and the device whose switch egress port it leaves by
-  // (kSwitchDequeue: the port).
-  EventKind deliver_as = EventKind::kArrive;
-  uint8_t traffic_class = 0;
-  uint32_t wire_bytes = 0;
-  uint32_t egress_device = 0;
 };
 
 // --- Faults ---

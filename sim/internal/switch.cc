@@ -17,7 +17,12 @@ absl::Status FabricCore::ConfigureSwitchLocked(const SwitchOptions& options) {
   if (absl::Status valid = ValidateSwitchOptions(options); !valid.ok()) {
     return valid;
   }
-  if (packets_in_switch != 0) {
+  // Queued, on their way to it, or on an egress link (whose kSwitchDequeue
+  // event would find its port gone).
+  const bool link_busy =
+      std::any_of(switch_ports.begin(), switch_ports.end(),
+                  [](const SwitchPort<Event>& port) { return port.busy; });
+  if (packets_in_switch != 0 || link_busy) {
     return absl::FailedPreconditionError(
         "packets are in the switch; configure it before traffic flows or "
         "once the fabric is idle");
@@ -39,7 +44,7 @@ void FabricCore::SendToSwitchLocked(Event packet, uint8_t traffic_class,
   packet.deliver_as = packet.kind;
   packet.kind = EventKind::kSwitchArrive;
   packet.traffic_class = traffic_class;
-  packet.wire_bytes = wire_bytes;
+  packet.wire_bytes = static_cast<uint16_t>(wire_bytes);
   packet.egress_device = destination;
   packet.time = at;
   ++packets_in_switch;

@@ -70,7 +70,7 @@ tools_on_the_sim() {
   "$bin/tools/rdma_pingpong" --self --iterations=2000
   "$bin/tools/rdma_bw" --self --iterations=2000
   "$bin/transport/transport_benchmark" --benchmark_min_time=0.05
-  # 64 hosts, 4,032 connections, all-to-all WRITEs in virtual time.
+  # 64 hosts, 4,096 connections, all-to-all WRITEs in virtual time.
   "$bin/tests/scale_run"
 }
 

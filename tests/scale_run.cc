@@ -1,6 +1,7 @@
 // scale_run: the simulated scale run (tests/scale_scenario.h): 64 hosts,
-// a connection from each to every other, all-to-all RDMA WRITE in virtual
-// time; prints throughput, per-host link utilisation and the trace digest.
+// a connection from each to every host (4,096), all-to-all RDMA WRITE in
+// virtual time; prints throughput, per-host link utilisation and the trace
+// digest.
 //
 //   bazel run -c opt //tests:scale_run
 //   bazel run -c opt //tests:scale_run -- --hosts=16 --bytes_per_connection=4194304
@@ -11,7 +12,7 @@
 #include "tests/scale_scenario.h"
 
 ABSL_FLAG(uint32_t, hosts, rdma_transport::ScaleOptions{}.hosts,
-          "simulated hosts (2..250); connections: hosts x (hosts - 1)");
+          "simulated hosts (2..250); connections: hosts x hosts");
 ABSL_FLAG(uint64_t, bytes_per_connection,
           rdma_transport::ScaleOptions{}.bytes_per_connection,
           "payload each connection writes (a multiple of --op_bytes)");

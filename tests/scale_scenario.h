@@ -1,9 +1,10 @@
 // File: tests/scale_scenario.h
 //
 // The simulated scale run (docs/simulator.md, "Scale run"): `hosts`
-// simulated NICs on one fabric, one Engine and one Listener per host, a
-// connection from every host to every other (hosts x (hosts - 1); 4,032 at
-// 64 hosts), then all-to-all RDMA WRITE traffic: every connection writes
+// simulated NICs on one fabric, two Engines (the host as writer, as target)
+// and one Listener per host, a connection from every host to every host,
+// itself included (hosts^2; 4,096 at 64 hosts), then all-to-all RDMA WRITE
+// traffic: every connection writes
 // `bytes_per_connection` to its peer in `op_bytes` operations, `window` of
 // them outstanding (PostWrite(), refilled per completion). All of it runs in
 // the fabric's virtual time, driven by the calling thread (a helper thread

@@ -31,6 +31,13 @@ namespace {
 
 using std::chrono::seconds;
 
+// One connection's memory for the asynchronous cases.
+struct Lane {
+  std::vector<std::byte> source, target, readback;
+  MemoryRegion source_mr, target_mr, readback_mr;
+};
+constexpr size_t kSpan = 4096;  // op k: up to kSpan bytes at k * kSpan
+
 class EngineEndToEndTest : public EndToEndTest {
  protected:
   void TearDown() override {
@@ -75,6 +82,26 @@ class EngineEndToEndTest : public EndToEndTest {
       const absl::Status waited = engine_->Wait(last_end + seconds(30));
       ASSERT_TRUE(waited.ok() || absl::IsDeadlineExceeded(waited)) << waited;
     }
+  }
+
+  // A lane of `ops` spans: a source on the client filled with
+  // FillMessage(stream, op), a target the peer may read and write, and a
+  // readback on the client for READs. Held by pointer: the regions cover
+  // the vectors, which must not move.
+  std::unique_ptr<Lane> MakeLane(size_t ops, uint64_t stream) {
+    auto b = std::make_unique<Lane>();
+    b->source.resize(ops * kSpan);
+    b->target.resize(ops * kSpan);
+    b->readback.resize(ops * kSpan);
+    for (size_t op = 0; op < ops; ++op) {
+      FillMessage(stream, op, {b->source.data() + op * kSpan, kSpan});
+    }
+    b->source_mr = RegisterForTest(client_context(), b->source, kLocalOnly);
+    b->target_mr = RegisterForTest(server_context(), b->target,
+                                   kRemoteRead | kRemoteWrite);
+    b->readback_mr =
+        RegisterForTest(client_context(), b->readback, kLocalWrite);
+    return b;
   }
 
   std::unique_ptr<Engine> engine_;
@@ -122,13 +149,6 @@ TEST_F(EngineEndToEndTest, SeveralConnectionsOnOneEngineSendAndReceive) {
   }
 }
 
-// One connection's memory for the asynchronous cases.
-struct Lane {
-  std::vector<std::byte> source, target, readback;
-  MemoryRegion source_mr, target_mr, readback_mr;
-};
-constexpr size_t kSpan = 4096;  // op k: up to kSpan bytes at k * kSpan
-
 size_t OpLength(size_t lane, size_t op) {
   return MessageLength(100 + lane, op, kSpan - 1) + 1;
 }
@@ -142,21 +162,8 @@ TEST_F(EngineEndToEndTest, AsyncWriteAndReadBatchesAreByteExact) {
   const size_t ops = static_cast<size_t>(Scaled(2048)) / kBatch * kBatch +
                      kBatch;  // a whole number of batches
   ASSERT_NO_FATAL_FAILURE(ConnectOnEngine(kPairs));
-  std::vector<Lane> lanes(kPairs);
-  for (size_t l = 0; l < kPairs; ++l) {
-    Lane& lane = lanes[l];
-    lane.source.resize(ops * kSpan);
-    for (size_t op = 0; op < ops; ++op) {
-      FillMessage(100 + l, op, {lane.source.data() + op * kSpan, kSpan});
-    }
-    lane.target.assign(ops * kSpan, std::byte{0});
-    lane.readback.assign(ops * kSpan, std::byte{0});
-    lane.source_mr = RegisterForTest(client_context(), lane.source, kLocalOnly);
-    lane.target_mr = RegisterForTest(server_context(), lane.target,
-                                     kRemoteRead | kRemoteWrite);
-    lane.readback_mr =
-        RegisterForTest(client_context(), lane.readback, kLocalWrite);
-  }
+  std::vector<std::unique_ptr<Lane>> lanes;
+  for (size_t l = 0; l < kPairs; ++l) lanes.push_back(MakeLane(ops, 100 + l));
   std::map<OpHandle, Completion> ended;
   std::map<OpHandle, std::pair<size_t, size_t>> posted;  // (lane, op)
   for (const bool write : {true, false}) {
@@ -173,7 +180,7 @@ TEST_F(EngineEndToEndTest, AsyncWriteAndReadBatchesAreByteExact) {
         if (pairs_[l].client->async_ops_in_flight() + kBatch > kWindow) {
           continue;
         }
-        Lane& lane = lanes[l];
+        Lane& lane = *lanes[l];
         RdmaOp batch[kBatch];
         for (size_t k = 0; k < kBatch; ++k) {
           const size_t op = next[l] + k;
@@ -205,7 +212,7 @@ TEST_F(EngineEndToEndTest, AsyncWriteAndReadBatchesAreByteExact) {
     ASSERT_EQ(c.length, OpLength(l, op));
   }
   for (size_t l = 0; l < kPairs; ++l) {
-    const Lane& lane = lanes[l];
+    const Lane& lane = *lanes[l];
     for (size_t op = 0; op < ops; ++op) {
       const size_t at = op * kSpan;
       ASSERT_EQ(std::memcmp(lane.target.data() + at, lane.source.data() + at,
@@ -280,17 +287,8 @@ TEST_F(EngineEndToEndTest, APeersDeathEndsEachOfItsOpsOnceFailedOrUnknown) {
   Connection& client = *pairs_[0].client;
   constexpr size_t kOps = 64;
   constexpr size_t kBatch = 8;
-  std::vector<std::byte> source(kOps * kSpan), target(kOps * kSpan),
-      readback(kOps * kSpan);
-  for (size_t op = 0; op < kOps; ++op) {
-    FillMessage(41, op, {source.data() + op * kSpan, kSpan});
-  }
-  MemoryRegion source_mr =
-      RegisterForTest(client_context(), source, kLocalOnly);
-  MemoryRegion target_mr =
-      RegisterForTest(server_context(), target, kRemoteRead | kRemoteWrite);
-  MemoryRegion readback_mr =
-      RegisterForTest(client_context(), readback, kLocalWrite);
+  std::unique_ptr<Lane> lane = MakeLane(kOps, 41);
+  auto& [source, target, readback, source_mr, target_mr, readback_mr] = *lane;
   std::map<OpHandle, Completion> ended;
   std::map<OpHandle, bool> posted;  // handle -> posted after the kill
   auto post = [&](size_t first_op, bool write, bool after_kill) {
@@ -449,17 +447,8 @@ TEST_F(EngineEndToEndTest, AnOverdueBatchFailsItsConnectionBeforeTheRetries) {
   }
   Connection& client = *pairs_[0].client;
   constexpr size_t kOps = 16;
-  std::vector<std::byte> source(kOps * kSpan), target(kOps * kSpan),
-      readback(kOps * kSpan);
-  for (size_t op = 0; op < kOps; ++op) {
-    FillMessage(61, op, {source.data() + op * kSpan, kSpan});
-  }
-  MemoryRegion source_mr =
-      RegisterForTest(client_context(), source, kLocalOnly);
-  MemoryRegion target_mr =
-      RegisterForTest(server_context(), target, kRemoteRead | kRemoteWrite);
-  MemoryRegion readback_mr =
-      RegisterForTest(client_context(), readback, kLocalWrite);
+  std::unique_ptr<Lane> lane = MakeLane(kOps, 61);
+  auto& [source, target, readback, source_mr, target_mr, readback_mr] = *lane;
   auto batch_of = [&](size_t first, bool write) {
     std::vector<RdmaOp> batch;
     for (size_t op = first; op < first + 4; ++op) {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
 #include "tests/e2e_fixture.h"

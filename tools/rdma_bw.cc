@@ -210,6 +210,13 @@ absl::Status ExpectText(Connection& connection, std::span<std::byte> scratch,
   return absl::OkStatus();
 }
 
+// --timeout from now on the connection's clock (the simulator's virtual one
+// with --virtual_time).
+Deadline SessionDeadline(const Connection& connection,
+                         const SessionFlags& session) {
+  return connection.env().DeadlineIn(session.timeout());
+}
+
 std::string Header(const std::string& op) {
   return absl::StrFormat(
       "---------------------------------------------------------------------"
@@ -269,16 +276,13 @@ class BwClient {
     if (flags_.op != "send") {
       if (absl::Status status = RunWrite(largest); !status.ok()) return status;
     }
-    return ClientFinish(connection_, scratch_,
-                        connection_.env().DeadlineIn(session_.timeout()));
+    return ClientFinish(connection_, scratch_, Soon());
   }
 
   const Report& report() const { return report_; }
 
  private:
-  Deadline Soon() const {
-    return connection_.env().DeadlineIn(session_.timeout());
-  }
+  Deadline Soon() const { return SessionDeadline(connection_, session_); }
 
   absl::Status StartPlan(const std::string& op, std::string* reply) {
     Plan plan;
@@ -368,11 +372,11 @@ class BwClient {
         return status;
       }
       marks.Start(count);
-      Deadline deadline = connection_.env().DeadlineIn(session_.timeout());
+      Deadline deadline = Soon();
       for (uint64_t i = 0; i < count; ++i) {
         Stamp(m, StampValue(size, i));
         if (i % kDeadlineRefresh == 0) {
-          deadline = connection_.env().DeadlineIn(session_.timeout());
+          deadline = Soon();
         }
         if (absl::Status status = connection_.Send(m, deadline); !status.ok()) {
           return status;
@@ -489,7 +493,7 @@ class BwClient {
     uint64_t posted = 0;
     uint64_t done = 0;
     uint32_t idle = 0;
-    Deadline deadline = connection_.env().DeadlineIn(session_.timeout());
+    Deadline deadline = Soon();
     uint64_t next_refresh = kDeadlineRefresh;
     while (done < count) {
       // Refill: every free slot, as one post, in slot order (a run that
@@ -531,7 +535,7 @@ class BwClient {
         if (progress != nullptr) progress->Progress(done);
       }
       if (done >= next_refresh) {
-        deadline = connection_.env().DeadlineIn(session_.timeout());
+        deadline = Soon();
         next_refresh = done + kDeadlineRefresh;
       }
     }
@@ -564,10 +568,10 @@ absl::Status ServeSend(Connection& connection,
     for (int phase = 0; phase < 2; ++phase) {
       const uint64_t n = phase == 0 ? warmup : count;
       const uint64_t base = phase == 0 ? (1ull << 32) : 0;
-      Deadline deadline = connection.env().DeadlineIn(session.timeout());
+      Deadline deadline = SessionDeadline(connection, session);
       for (uint64_t i = 0; i < n; ++i) {
         if (i % kDeadlineRefresh == 0)
-          deadline = connection.env().DeadlineIn(session.timeout());
+          deadline = SessionDeadline(connection, session);
         absl::StatusOr<size_t> got = connection.Receive(buffer, deadline);
         if (!got.ok()) return got.status();
         if (*got != size ||
@@ -585,12 +589,11 @@ absl::Status ServeSend(Connection& connection,
                       reinterpret_cast<const char*>(buffer.data()),
                       std::min<size_t>(*got, 8))),
                   StampValue(size, base | i))),
-              connection.env().DeadlineIn(session.timeout()));
+              SessionDeadline(connection, session));
         }
       }
       if (absl::Status status =
-              SendText(connection, "ACK",
-                       connection.env().DeadlineIn(session.timeout()));
+              SendText(connection, "ACK", SessionDeadline(connection, session));
           !status.ok()) {
         return status;
       }
@@ -608,7 +611,7 @@ absl::Status ServeWrite(Connection& connection,
       connection.context().RegisterMemory(target, kRemoteWrite);
   if (!region.ok())
     return Refuse(connection, region.status(),
-                  connection.env().DeadlineIn(session.timeout()));
+                  SessionDeadline(connection, session));
   std::array<std::byte, RemoteRegion::kEncodedSize> encoded;
   region->remote().Encode(encoded);
   if (absl::Status status = SendText(
@@ -617,7 +620,7 @@ absl::Status ServeWrite(Connection& connection,
                        absl::BytesToHexString(absl::string_view(
                            reinterpret_cast<const char*>(encoded.data()),
                            encoded.size()))),
-          connection.env().DeadlineIn(session.timeout()));
+          SessionDeadline(connection, session));
       !status.ok()) {
     return status;
   }
@@ -638,7 +641,7 @@ absl::Status ServeWrite(Connection& connection,
       return Refuse(connection,
                     absl::DataLossError(absl::StrCat("expected CHECK ", size,
                                                      ", got \"", *check, "\"")),
-                    connection.env().DeadlineIn(session.timeout()));
+                    SessionDeadline(connection, session));
     }
     for (uint64_t j = 0; j < ring && j < count; ++j) {
       const uint64_t last = j + ring * ((count - 1 - j) / ring);
@@ -647,11 +650,11 @@ absl::Status ServeWrite(Connection& connection,
                       absl::DataLossError(absl::StrFormat(
                           "WRITE size %u: slot %u does not hold operation %u",
                           size, j, last)),
-                      connection.env().DeadlineIn(session.timeout()));
+                      SessionDeadline(connection, session));
       }
     }
-    if (absl::Status status = SendText(
-            connection, "ACK", connection.env().DeadlineIn(session.timeout()));
+    if (absl::Status status =
+            SendText(connection, "ACK", SessionDeadline(connection, session));
         !status.ok()) {
       return status;
     }
@@ -663,26 +666,25 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
                     bool verbose) {
   std::vector<std::byte> scratch(kControlMessageSize);
   while (true) {
-    absl::StatusOr<std::string> text = ReceiveText(
-        connection, scratch, connection.env().DeadlineIn(session.timeout()));
+    absl::StatusOr<std::string> text =
+        ReceiveText(connection, scratch, SessionDeadline(connection, session));
     if (!text.ok()) return text.status();
     if (*text == "DONE") {
-      if (absl::Status status =
-              SendText(connection, "DONE",
-                       connection.env().DeadlineIn(session.timeout()));
+      if (absl::Status status = SendText(connection, "DONE",
+                                         SessionDeadline(connection, session));
           !status.ok()) {
         return status;
       }
-      absl::StatusOr<size_t> after = connection.Receive(
-          scratch, connection.env().DeadlineIn(session.timeout()));
+      absl::StatusOr<size_t> after =
+          connection.Receive(scratch, SessionDeadline(connection, session));
       if (after.ok()) return absl::DataLossError("a message after DONE");
       if (!absl::IsUnavailable(after.status())) return after.status();
-      return connection.Close(connection.env().DeadlineIn(session.timeout()));
+      return connection.Close(SessionDeadline(connection, session));
     }
     absl::StatusOr<Plan> plan = Plan::Decode(*text);
     if (!plan.ok())
       return Refuse(connection, plan.status(),
-                    connection.env().DeadlineIn(session.timeout()));
+                    SessionDeadline(connection, session));
     absl::StatusOr<std::vector<uint32_t>> sizes = plan->Sizes("sizes");
     absl::StatusOr<int64_t> iterations = plan->Int("iterations");
     absl::StatusOr<int64_t> warmup = plan->Int("warmup");
@@ -709,8 +711,7 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
       }
     }
     if (!problem.ok()) {
-      return Refuse(connection, problem,
-                    connection.env().DeadlineIn(session.timeout()));
+      return Refuse(connection, problem, SessionDeadline(connection, session));
     }
     if (verbose) {
       std::printf("serving %s\n", text->c_str());
@@ -718,8 +719,8 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
     }
     absl::Status served;
     if (op == "send") {
-      if (absl::Status status = SendText(
-              connection, "OK", connection.env().DeadlineIn(session.timeout()));
+      if (absl::Status status =
+              SendText(connection, "OK", SessionDeadline(connection, session));
           !status.ok()) {
         return status;
       }

@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
-#include "transport/inline_size.h"
 #include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {

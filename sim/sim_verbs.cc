@@ -898,8 +898,6 @@ absl::StatusOr<ibv_qp*> SimVerbs::CreateQp(ibv_pd* pd,
   qp->rq_sges.resize(size_t{cap.max_recv_wr} * cap.max_recv_sge);
   // The index of the packet buffers, for the first packets in flight; the
   // buffers themselves come with the traffic (link.cc).
-  qp->payloads.reserve(internal::kPayloadSlotsAtCreate);
-  qp->free_payloads.reserve(internal::kPayloadSlotsAtCreate);
   ibv_qp& verbs = qp->verbs;
   verbs.context = &context->verbs;
   verbs.qp_context = init_attr->qp_context;

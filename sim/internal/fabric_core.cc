@@ -55,7 +55,7 @@ SimAh* FabricCore::FindAh(const ibv_ah* handle) const {
   return FindIn(ahs, handle);
 }
 SimSrq* FabricCore::FindSrq(const ibv_srq* handle) const {
-  return FindIn(srqs, handle);
+  return srqs.Find(handle);
 }
 SimSrq* FabricCore::FindSrqById(uint32_t id) const {
   for (const auto& [handle, srq] : srqs) {
@@ -73,10 +73,10 @@ SimChannel* FabricCore::FindChannel(const ibv_comp_channel* handle) const {
   return FindIn(channels, handle);
 }
 SimCq* FabricCore::FindCq(const ibv_cq* handle) const {
-  return FindIn(cqs, handle);
+  return cqs.Find(handle);
 }
 SimQp* FabricCore::FindQp(const ibv_qp* handle) const {
-  return FindIn(qps, handle);
+  return qps.Find(handle);
 }
 
 SimQp* FabricCore::FindQpOnDevice(const Device& device, uint32_t qp_num) const {
@@ -98,9 +98,9 @@ Device* FabricCore::FindDevice(std::string_view name) const {
 
 // --- Progress ---
 
-void FabricCore::ScheduleLocked(Event event) {
-  event.sequence = next_event_sequence_++;
+void FabricCore::ScheduleLocked(const Event& event) {
   event_heap_.push_back(event);
+  event_heap_.back().sequence = next_event_sequence_++;
   std::push_heap(event_heap_.begin(), event_heap_.end(), Later());
 }
 

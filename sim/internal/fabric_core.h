@@ -59,6 +59,8 @@
 #include "sim/device_profile.h"
 #include "sim/fabric.h"
 #include "sim/fault_injector.h"
+#include "sim/internal/handle_registry.h"
+#include "sim/internal/payload_pool.h"
 #include "sim/internal/ring.h"
 #include "sim/internal/switch_port.h"
 #include "sim/internal/trace.h"
@@ -425,16 +427,6 @@ struct SimQp {
   uint32_t expected_psn = 0;
   bool nak_sent = false;
 
-  // The payload buffers of this connection's packets in flight, requests
-  // and READ responses alike (an Event names its buffer by index here and
-  // its requester by qp_num; link.cc). Each buffer is as large as the
-  // largest packet it has carried; free ones are reused; all of them go
-  // with the QP.
-  // Their index is reserved with the QP, kPayloadSlotsAtCreate entries, so
-  // that a connection's first packets add only their own bytes.
-  std::vector<std::vector<uint8_t>> payloads;
-  std::vector<uint32_t> free_payloads;
-
   ibv_qp_init_attr init_attr{};  // As granted.
   ibv_qp_attr attr{};            // Every attribute ModifyQp has set.
 
@@ -501,8 +493,6 @@ enum class Reply : uint8_t {
 
 // No payload buffer (FabricCore::AcquirePayloadLocked).
 inline constexpr uint32_t kNoPayload = 0xFFFFFFFF;
-// Payload buffer index entries a QP starts with (SimQp::payloads).
-inline constexpr size_t kPayloadSlotsAtCreate = 16;
 
 // A scheduled event; for kArrive and kResponse, a packet on the wire. A
 // request packet carries what its headers would (BTH, RETH, ImmDt) and, the
@@ -621,10 +611,10 @@ class FabricCore {
   std::unordered_map<const ibv_mw*, std::unique_ptr<SimMw>> mws;
   std::unordered_map<const ibv_comp_channel*, std::unique_ptr<SimChannel>>
       channels;
-  std::unordered_map<const ibv_cq*, std::unique_ptr<SimCq>> cqs;
-  std::unordered_map<const ibv_qp*, std::unique_ptr<SimQp>> qps;
+  HandleRegistry<ibv_cq, SimCq> cqs;
+  HandleRegistry<ibv_qp, SimQp> qps;
   std::unordered_map<const ibv_ah*, std::unique_ptr<SimAh>> ahs;
-  std::unordered_map<const ibv_srq*, std::unique_ptr<SimSrq>> srqs;
+  HandleRegistry<ibv_srq, SimSrq> srqs;
   std::unordered_map<uint32_t, SimCq*> cqs_by_id;
   uint32_t next_object_id = 1;
   uint32_t next_mr_key = 0x1000;
@@ -665,7 +655,7 @@ class FabricCore {
   Device* FindDevice(std::string_view name) const;
 
   // --- Progress ---
-  void ScheduleLocked(Event event);
+  void ScheduleLocked(const Event& event);
   // Runs the earliest event; false if none.
   bool StepLocked();
   size_t RunUntilIdleLocked();
@@ -848,16 +838,17 @@ class FabricCore {
   // Sends the next packet the scheduler of the idle switch egress port
   // `index` picks; the caller checked it has one.
   void SwitchTransmitLocked(uint32_t index);
-  // Payload buffers of packets in flight, from the pool of the requester
-  // QP `owner` whose connection the packet belongs to (SimQp::payloads):
-  // a buffer of at least `bytes`, reused if one is free.
-  uint32_t AcquirePayloadLocked(SimQp& owner, uint32_t bytes);
-  static uint8_t* PayloadData(SimQp& owner, uint32_t slot) {
-    return owner.payloads[slot].data();
+  // Payload buffers of packets in flight, from the fabric's pool
+  // (payload_pool.h): a buffer of at least `bytes`, the one most recently
+  // released if one is free.
+  uint32_t AcquirePayloadLocked(uint32_t bytes) {
+    return payloads_.Acquire(bytes);
   }
-  // Gives `packet`'s buffer back to its requester's pool (nothing if it has
-  // none, or the QP is gone: its pool went with it).
-  void ReleasePayloadLocked(const Event& packet);
+  uint8_t* PayloadData(uint32_t buffer) const { return payloads_.Data(buffer); }
+  // Gives `packet`'s buffer back to the pool (nothing if it has none).
+  void ReleasePayloadLocked(const Event& packet) {
+    if (packet.payload != kNoPayload) payloads_.Release(packet.payload);
+  }
 
   void WriteCqeLocked(SimCq& cq, const CqEntry& entry);
   void ScheduleFlushLocked(SimQp& qp);
@@ -899,6 +890,8 @@ class FabricCore {
   std::vector<SimQp*> qp_table_;
 
   std::vector<Event> event_heap_;  // Min-heap on (time, sequence).
+  // The payloads of the packets in the heap and the switch's queues.
+  PayloadPool payloads_;
   uint64_t next_event_sequence_ = 0;
   // qp_nums of requesters with rnr_waiting set.
   std::vector<uint32_t> rnr_waiters_;

@@ -101,25 +101,4 @@ Nanos FabricCore::SendOnWireLocked(Device& from, uint8_t traffic_class,
   return left;
 }
 
-uint32_t FabricCore::AcquirePayloadLocked(SimQp& owner, uint32_t bytes) {
-  if (owner.free_payloads.empty()) {
-    owner.payloads.emplace_back(bytes);
-    return static_cast<uint32_t>(owner.payloads.size() - 1);
-  }
-  const uint32_t slot = owner.free_payloads.back();
-  owner.free_payloads.pop_back();
-  std::vector<uint8_t>& buffer = owner.payloads[slot];
-  // Replaced rather than resized: exactly the packet's size, where
-  // growing a vector may double it.
-  if (buffer.size() < bytes) buffer = std::vector<uint8_t>(bytes);
-  return slot;
-}
-
-void FabricCore::ReleasePayloadLocked(const Event& packet) {
-  if (packet.payload == kNoPayload) return;
-  if (SimQp* owner = FindQpByNum(packet.qp_num); owner != nullptr) {
-    owner->free_payloads.push_back(packet.payload);
-  }
-}
-
 }  // namespace rdma_transport::sim::internal

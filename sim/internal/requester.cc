@@ -160,8 +160,8 @@ void FabricCore::TransmitPacketLocked(SimQp& qp) {
       // The NIC reads the payload from host memory now, at transmission
       // (again on every retransmission); inline payloads were copied at
       // post time.
-      request.payload = AcquirePayloadLocked(qp, request.payload_bytes);
-      uint8_t* out = PayloadData(qp, request.payload);
+      request.payload = AcquirePayloadLocked(request.payload_bytes);
+      uint8_t* out = PayloadData(request.payload);
       const uint64_t offset = packet * mtu;
       if (wqe.is_inline) {
         std::memcpy(out, qp.send_inline(index) + offset, request.payload_bytes);
@@ -324,7 +324,7 @@ bool FabricCore::PlaceReadDataLocked(SimQp& qp, const SendWqe& wqe,
   if (response.payload_bytes == 0) return true;
   const uint64_t offset = response.packet * MtuOf(qp.attr.path_mtu);
   if (!CopySgesLocked(*qp.device, *qp.pd, qp.send_sges(index), wqe.num_sge,
-                      offset, PayloadData(qp, response.payload),
+                      offset, PayloadData(response.payload),
                       response.payload_bytes, IBV_ACCESS_LOCAL_WRITE,
                       /*to_sges=*/true)) {
     return false;

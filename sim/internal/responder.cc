@@ -69,9 +69,9 @@ void FabricCore::HandleArriveLocked(const Event& event) {
     // The network delivers this packet twice: a copy right behind it.
     Event copy = event;
     if (event.payload != kNoPayload) {
-      copy.payload = AcquirePayloadLocked(*requester, event.payload_bytes);
-      std::memcpy(PayloadData(*requester, copy.payload),
-                  PayloadData(*requester, event.payload), event.payload_bytes);
+      copy.payload = AcquirePayloadLocked(event.payload_bytes);
+      std::memcpy(PayloadData(copy.payload), PayloadData(event.payload),
+                  event.payload_bytes);
     }
     copy.time = now;
     ScheduleLocked(copy);
@@ -210,9 +210,8 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
 
   const bool is_send = opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM;
   const uint64_t offset = request.packet * MtuOf(requester.attr.path_mtu);
-  uint8_t* payload = request.payload != kNoPayload
-                         ? PayloadData(requester, request.payload)
-                         : nullptr;
+  uint8_t* payload =
+      request.payload != kNoPayload ? PayloadData(request.payload) : nullptr;
   if (is_send) {
     const RecvWqe& receive = ReceiveWqe(responder, *receive_index);
     const ibv_sge* sges = ReceiveSges(responder, *receive_index);
@@ -291,9 +290,8 @@ void FabricCore::SendReadResponsesLocked(SimQp& responder,
     response.packet = request.packet + i;
     response.payload_bytes = PacketBytes(request.length, mtu, i);
     if (response.payload_bytes > 0) {
-      response.payload =
-          AcquirePayloadLocked(*requester, response.payload_bytes);
-      std::memcpy(PayloadData(*requester, response.payload),
+      response.payload = AcquirePayloadLocked(response.payload_bytes);
+      std::memcpy(PayloadData(response.payload),
                   AsPointer(request.remote_addr + i * mtu),
                   response.payload_bytes);
       device.counters.dma_read_bytes += response.payload_bytes;

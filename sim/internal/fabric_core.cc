@@ -9,6 +9,9 @@
 #include <utility>
 
 namespace rdma_transport::sim::internal {
+
+EventFields blank_event_fields;
+
 namespace {
 
 // Min-heap order on (time, sequence): std::push_heap keeps the largest
@@ -100,8 +103,25 @@ Device* FabricCore::FindDevice(std::string_view name) const {
 
 void FabricCore::ScheduleLocked(const Event& event) {
   event_heap_.push_back(event);
-  event_heap_.back().sequence = next_event_sequence_++;
-  std::push_heap(event_heap_.begin(), event_heap_.end(), Later());
+  CommitEventLocked();
+}
+
+void FabricCore::CommitEventLocked() {
+  Event& added = event_heap_.back();
+  added.sequence = next_event_sequence_++;
+  // std::push_heap's order, but the new event moves only if it must: most
+  // are due after their parent (a timer, a packet behind others), and then
+  // only its time and sequence are read.
+  size_t hole = event_heap_.size() - 1;
+  if (hole == 0 || !Later()(event_heap_[(hole - 1) / 2], added)) return;
+  Event moving = std::move(added);
+  while (hole > 0) {
+    const size_t parent = (hole - 1) / 2;
+    if (!Later()(event_heap_[parent], moving)) break;
+    event_heap_[hole] = std::move(event_heap_[parent]);
+    hole = parent;
+  }
+  event_heap_[hole] = std::move(moving);
 }
 
 bool FabricCore::IsStaleLocked(const Event& event) const {

@@ -504,7 +504,7 @@ inline constexpr uint32_t kNoPayload = 0xFFFFFFFF;
 // kSwitchDequeue: that port) sit in what would be padding: 136 bytes, as
 // without them (every packet is an event; their size is the event queue's
 // cost).
-struct Event {
+struct EventFields {
   Nanos time{0};
   uint64_t sequence = 0;  // FIFO among events of the same time.
   EventKind kind = EventKind::kTransmit;
@@ -540,6 +540,19 @@ struct Event {
   // kFault (`epoch` then holds the fault generation it was scheduled in).
   ScheduledFault fault = ScheduledFault::kKillDevice;
   uint32_t fault_device = 0;
+};
+
+// The blank EventFields every Event starts as (fabric_core.cc; never
+// written). Copied in, a blank event is a few vector moves; built from the
+// member initialisers, it is a `rep stos` zero-fill, whose stores the loads
+// that follow soon after (copying the event into the queue, popping it
+// again in kImmediate mode) cannot forward from: that stall was a fifth of
+// the simulator's time at 1,024 connections (docs/performance.md, 1b). Not
+// const, so that the compiler cannot turn the copy back into a zero-fill.
+extern EventFields blank_event_fields;
+
+struct Event : EventFields {
+  Event() : EventFields(blank_event_fields) {}
 };
 
 // --- Faults ---
@@ -656,6 +669,12 @@ class FabricCore {
 
   // --- Progress ---
   void ScheduleLocked(const Event& event);
+  // The same, for an event built where it will live: StartEventLocked()
+  // appends a blank event for the caller to fill in, and CommitEventLocked()
+  // puts it in its place in the queue; nothing else may touch the queue in
+  // between (one copy fewer than building it on the stack).
+  Event& StartEventLocked() { return event_heap_.emplace_back(); }
+  void CommitEventLocked();
   // Runs the earliest event; false if none.
   bool StepLocked();
   size_t RunUntilIdleLocked();

@@ -33,13 +33,13 @@ void FabricCore::KickSendQueueLocked(SimQp& qp) {
 void FabricCore::ScheduleTransmitLocked(SimQp& qp, Nanos at) {
   if (qp.transmit_scheduled) return;
   qp.transmit_scheduled = true;
-  Event event;
+  Event& event = StartEventLocked();
   event.kind = EventKind::kTransmit;
   event.time = std::max(at, now);
   event.qp_num = qp.qp_num;
   event.epoch = qp.epoch;
   event.attempt = qp.tx_generation;
-  ScheduleLocked(event);
+  CommitEventLocked();
 }
 
 void FabricCore::HandleTransmitLocked(const Event& event) {
@@ -300,14 +300,14 @@ void FabricCore::RestartTimerLocked(SimQp& qp, Nanos from) {
 
 void FabricCore::ArmTimerLocked(SimQp& qp, Nanos from) {
   qp.timer_armed = true;
-  Event timer;
+  Event& timer = StartEventLocked();
   timer.kind = EventKind::kRetryTimer;
   timer.time = from + TransportTimeout(qp.attr.timeout);
   timer.qp_num = qp.qp_num;
   timer.epoch = qp.epoch;
   timer.wqe_index = qp.sq_active;
   timer.attempt = qp.timer_generation;
-  ScheduleLocked(timer);
+  CommitEventLocked();
 }
 
 void FabricCore::RewindLocked(SimQp& qp) {

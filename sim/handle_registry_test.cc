@@ -1,4 +1,5 @@
-// HandleRegistry (sim/internal/handle_registry.h): finds what it owns by
+// HandleRegistry (sim/internal/handle_registry.h) and the FlatIndex under it
+// (flat_index.h). The registry finds what it owns by
 // handle, forgets what is erased (destroyed handles are not found, and never
 // dereferenced), keeps every other entry findable across growth and the
 // backward shifts of deletion.
@@ -88,6 +89,26 @@ TEST(HandleRegistryTest, RandomInsertsAndErasesKeepEveryEntryFindable) {
     ++iterated;
   }
   EXPECT_EQ(iterated, live.size());
+}
+
+// Integer keys (MR lkeys): handed out in sequence, so their homes are
+// spread by the hash, not by the keys' own bits.
+TEST(FlatIndexTest, SequentialIntegerKeysComeAndGo) {
+  FlatIndex<uint32_t, int*> index;
+  std::vector<int> values(5000);
+  for (uint32_t i = 0; i < values.size(); ++i) {
+    index.Insert(0x1000 + i, &values[i]);
+  }
+  for (uint32_t i = 0; i < values.size(); i += 2) {
+    ASSERT_TRUE(index.Erase(0x1000 + i));
+  }
+  EXPECT_FALSE(index.Erase(0x1000));  // Already gone.
+  EXPECT_FALSE(index.Erase(7));       // Never there.
+  EXPECT_EQ(index.size(), values.size() / 2);
+  for (uint32_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(index.Find(0x1000 + i), i % 2 == 0 ? nullptr : &values[i]) << i;
+  }
+  EXPECT_EQ(index.Find(0), nullptr);
 }
 
 }  // namespace

@@ -447,7 +447,7 @@ absl::StatusOr<ibv_mr*> SimVerbs::RegMr(ibv_pd* pd, void* addr, size_t length,
   ++device.live_mrs;
   ++device.counters.memory_registrations;
   device.counters.bytes_registered += length;
-  device.mrs_by_key[key] = mr.get();
+  device.mrs_by_key.Insert(key, mr.get());
   ibv_mr* handle = &mr->verbs;
   core.mrs.emplace(handle, std::move(mr));
   return handle;
@@ -464,7 +464,7 @@ absl::Status SimVerbs::DeregMr(ibv_mr* mr) {
         "ibv_dereg_mr", EINVAL,
         absl::StrCat(sim->bound_mws, " memory windows are still bound to it"));
   }
-  sim->device->mrs_by_key.erase(sim->verbs.lkey);
+  sim->device->mrs_by_key.Erase(sim->verbs.lkey);
   --sim->device->live_mrs;
   --sim->pd->live_mrs;
   core.mrs.erase(mr);

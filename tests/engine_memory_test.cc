@@ -50,7 +50,7 @@ class EngineMemoryTest
     ASSERT_NO_FATAL_FAILURE(OpenContexts());
   }
 
-  // The simulator's handle tables grow by doubling and never shrink: made
+  // The simulator's lookup tables grow by doubling and never shrink: made
   // large enough for the connections and the raw baseline at once, so that
   // neither pays for a doubling the other caused.
   void GrowTheFabricsTables() {
@@ -77,6 +77,17 @@ class EngineMemoryTest
     }
     for (ibv_qp* qp : qps) ASSERT_TRUE(verbs_->DestroyQp(qp).ok());
     ASSERT_TRUE(verbs_->DestroyCq(cq).ok());
+    // And the table of MRs by key (the raw baseline registers on this side).
+    std::vector<std::byte> memory(64);
+    std::vector<ibv_mr*> mrs;
+    for (int i = 0; i < 16 * kPairs; ++i) {
+      absl::StatusOr<ibv_mr*> mr =
+          verbs_->RegMr(contexts_[0]->pd(), memory.data(), memory.size(),
+                        IBV_ACCESS_LOCAL_WRITE);
+      ASSERT_TRUE(mr.ok()) << mr.status();
+      mrs.push_back(*mr);
+    }
+    for (ibv_mr* mr : mrs) ASSERT_TRUE(verbs_->DeregMr(mr).ok());
   }
 
   void Measure(bool shared_receive_queue, Measured& out) {

@@ -465,9 +465,8 @@ const SimMr* FabricCore::FindMrForAccessLocked(const Device& device,
                                                const SimPd& pd, uint32_t key,
                                                uint64_t addr, uint64_t length,
                                                int required_access) const {
-  auto it = device.mrs_by_key.find(key);
-  if (it == device.mrs_by_key.end()) return nullptr;
-  const SimMr* mr = it->second;
+  const SimMr* mr = device.mrs_by_key.Find(key);
+  if (mr == nullptr) return nullptr;
   if (mr->pd != &pd) return nullptr;
   if ((mr->access & required_access) != required_access) return nullptr;
   const uint64_t start = reinterpret_cast<uintptr_t>(mr->verbs.addr);
@@ -569,9 +568,9 @@ ibv_wc_status FabricCore::ExecuteLocalOpLocked(SimQp& qp, const SendWqe& wqe) {
   if (mw.bound) return IBV_WC_MW_BIND_ERR;              // o10-37.2.30: not free
   if (mw.pd != qp.pd) return IBV_WC_MW_BIND_ERR;        // C10-72
   if (wqe.bind_length == 0) return IBV_WC_MW_BIND_ERR;  // o10-37.2.40
-  auto mr_it = device.mrs_by_key.find(wqe.bind_mr_lkey);
-  if (mr_it == device.mrs_by_key.end()) return IBV_WC_MW_BIND_ERR;
-  SimMr& mr = *mr_it->second;
+  SimMr* bound_mr = device.mrs_by_key.Find(wqe.bind_mr_lkey);
+  if (bound_mr == nullptr) return IBV_WC_MW_BIND_ERR;
+  SimMr& mr = *bound_mr;
   if (mr.pd != qp.pd) return IBV_WC_MW_BIND_ERR;
   if ((mr.access & IBV_ACCESS_MW_BIND) == 0) return IBV_WC_MW_BIND_ERR;
   // Zero-based windows are not simulated.

@@ -139,7 +139,7 @@ struct Device {
   uint32_t live_srqs = 0;
   uint32_t live_mws = 0;
   // Memory regions by key (lkey == rkey), for the wire.
-  std::unordered_map<uint32_t, SimMr*> mrs_by_key;
+  FlatIndex<uint32_t, SimMr*> mrs_by_key;
   // Memory windows by index (rkey >> 8, as rxe looks them up).
   std::unordered_map<uint32_t, SimMw*> mws_by_index;
 

@@ -8,10 +8,8 @@
 // is only compared, never dereferenced, so an unknown or destroyed handle is
 // found to be so safely.
 //
-// The table is open-addressed with linear probing, at most half full, and
-// deletes by shifting the entries after a removed one back (no tombstones):
-// a lookup stops at the first empty slot. Iteration (begin/end) is over the
-// owning map, in no particular order.
+// The lookup is a FlatIndex (flat_index.h); iteration (begin/end) is over
+// the owning map, in no particular order.
 //
 // Thread-safety: none; FabricCore calls it under its lock.
 //
@@ -23,13 +21,12 @@
 #ifndef RDMA_TRANSPORT_SIM_INTERNAL_HANDLE_REGISTRY_H_
 #define RDMA_TRANSPORT_SIM_INTERNAL_HANDLE_REGISTRY_H_
 
-#include <bit>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <unordered_map>
 #include <utility>
-#include <vector>
+
+#include "sim/internal/flat_index.h"
 
 namespace rdma_transport::sim::internal {
 
@@ -38,45 +35,21 @@ class HandleRegistry {
  public:
   using Map = std::unordered_map<const Handle*, std::unique_ptr<Object>>;
 
-  HandleRegistry() : slots_(kInitialSlots) {}
-
   // Takes `object`, found by `handle` from now on (which must be new).
   void emplace(const Handle* handle, std::unique_ptr<Object> object) {
     Object* raw = object.get();
     owned_.emplace(handle, std::move(object));
-    if ((owned_.size()) * 2 > slots_.size()) Grow();
-    Insert(handle, raw);
+    index_.Insert(handle, raw);
   }
 
   // Forgets and frees the object of `handle`, if there is one.
   void erase(const Handle* handle) {
-    if (owned_.erase(handle) == 0) return;
-    const size_t mask = slots_.size() - 1;
-    size_t hole = Home(handle);
-    while (slots_[hole].handle != handle) hole = (hole + 1) & mask;
-    // Backward shift: move later entries of the probe run into the hole
-    // when their home does not lie (cyclically) after it.
-    size_t next = (hole + 1) & mask;
-    while (slots_[next].handle != nullptr) {
-      const size_t home = Home(slots_[next].handle);
-      if (((next - home) & mask) >= ((next - hole) & mask)) {
-        slots_[hole] = slots_[next];
-        hole = next;
-      }
-      next = (next + 1) & mask;
-    }
-    slots_[hole] = Slot{};
+    if (owned_.erase(handle) > 0) index_.Erase(handle);
   }
 
   // The object of `handle`, or nullptr.
   Object* Find(const Handle* handle) const {
-    if (handle == nullptr) return nullptr;
-    const size_t mask = slots_.size() - 1;
-    for (size_t i = Home(handle);; i = (i + 1) & mask) {
-      const Slot& slot = slots_[i];
-      if (slot.handle == handle) return slot.object;
-      if (slot.handle == nullptr) return nullptr;
-    }
+    return handle == nullptr ? nullptr : index_.Find(handle);
   }
 
   size_t size() const { return owned_.size(); }
@@ -87,39 +60,8 @@ class HandleRegistry {
   typename Map::const_iterator end() const { return owned_.end(); }
 
  private:
-  static constexpr size_t kInitialSlots = 64;
-
-  struct Slot {
-    const Handle* handle = nullptr;
-    Object* object = nullptr;
-  };
-
-  size_t Home(const Handle* handle) const {
-    // Fibonacci hashing of the address: its high bits, well mixed.
-    const uint64_t key = reinterpret_cast<uintptr_t>(handle);
-    const uint64_t mixed = key * 0x9E3779B97F4A7C15ull;
-    return static_cast<size_t>(mixed >> (64 - shift_bits_));
-  }
-
-  void Insert(const Handle* handle, Object* object) {
-    const size_t mask = slots_.size() - 1;
-    size_t i = Home(handle);
-    while (slots_[i].handle != nullptr) i = (i + 1) & mask;
-    slots_[i] = Slot{handle, object};
-  }
-
-  void Grow() {
-    std::vector<Slot> old = std::exchange(slots_, {});
-    slots_.resize(old.size() * 2);
-    shift_bits_ = std::countr_zero(slots_.size());
-    for (const Slot& slot : old) {
-      if (slot.handle != nullptr) Insert(slot.handle, slot.object);
-    }
-  }
-
   Map owned_;
-  std::vector<Slot> slots_;  // A power of two; at most half full.
-  int shift_bits_ = std::countr_zero(kInitialSlots);
+  FlatIndex<const Handle*, Object*> index_;
 };
 
 }  // namespace rdma_transport::sim::internal

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <tuple>
 #include <utility>
 
 namespace rdma_transport::sim::internal {
@@ -13,14 +12,6 @@ namespace rdma_transport::sim::internal {
 EventFields blank_event_fields;
 
 namespace {
-
-// Min-heap order on (time, sequence): std::push_heap keeps the largest
-// element first, so "less" is "later".
-struct Later {
-  bool operator()(const Event& a, const Event& b) const {
-    return std::tie(a.time, a.sequence) > std::tie(b.time, b.sequence);
-  }
-};
 
 void SignalEventFd(int fd) {
   const uint64_t one = 1;
@@ -39,7 +30,6 @@ auto FindIn(const Map& map, const typename Map::key_type& key)
 }  // namespace
 
 FabricCore::FabricCore(const FabricOptions& options) : options(options) {
-  event_heap_.reserve(256);
   rnr_waiters_.reserve(16);
 }
 
@@ -101,29 +91,6 @@ Device* FabricCore::FindDevice(std::string_view name) const {
 
 // --- Progress ---
 
-void FabricCore::ScheduleLocked(const Event& event) {
-  event_heap_.push_back(event);
-  CommitEventLocked();
-}
-
-void FabricCore::CommitEventLocked() {
-  Event& added = event_heap_.back();
-  added.sequence = next_event_sequence_++;
-  // std::push_heap's order, but the new event moves only if it must: most
-  // are due after their parent (a timer, a packet behind others), and then
-  // only its time and sequence are read.
-  size_t hole = event_heap_.size() - 1;
-  if (hole == 0 || !Later()(event_heap_[(hole - 1) / 2], added)) return;
-  Event moving = std::move(added);
-  while (hole > 0) {
-    const size_t parent = (hole - 1) / 2;
-    if (!Later()(event_heap_[parent], moving)) break;
-    event_heap_[hole] = std::move(event_heap_[parent]);
-    hole = parent;
-  }
-  event_heap_[hole] = std::move(moving);
-}
-
 bool FabricCore::IsStaleLocked(const Event& event) const {
   if (event.kind == EventKind::kFault) {
     return event.epoch != fault_generation;  // Cancelled by Clear().
@@ -147,10 +114,10 @@ bool FabricCore::IsStaleLocked(const Event& event) const {
 }
 
 void FabricCore::DropStaleEventsLocked() {
-  while (!event_heap_.empty() && IsStaleLocked(event_heap_.front())) {
-    std::pop_heap(event_heap_.begin(), event_heap_.end(), Later());
-    ReleasePayloadLocked(event_heap_.back());
-    event_heap_.pop_back();
+  while (!events_.empty() && IsStaleLocked(events_.Top())) {
+    const uint32_t slot = events_.PopTop();
+    ReleasePayloadLocked(events_.at(slot));
+    events_.Release(slot);
   }
 }
 
@@ -158,10 +125,10 @@ bool FabricCore::StepLocked() {
   // A stale event (a timer whose message was answered, a packet for a QP
   // reset since) is discarded without moving the clock to it.
   DropStaleEventsLocked();
-  if (event_heap_.empty()) return false;
-  std::pop_heap(event_heap_.begin(), event_heap_.end(), Later());
-  const Event event = std::move(event_heap_.back());
-  event_heap_.pop_back();
+  if (events_.empty()) return false;
+  // The event stays in its slot while it runs (handlers schedule others).
+  const uint32_t slot = events_.PopTop();
+  const Event& event = events_.at(slot);
   if (event.time > now) now = event.time;
   ++events_run;
   trace.Record(TraceRecord::kEvent, now.count(),
@@ -192,6 +159,7 @@ bool FabricCore::StepLocked() {
       // The packet, payload and all, is in a switch queue now (or was
       // dropped and released there).
       HandleSwitchArriveLocked(event);
+      events_.Release(slot);
       DropStaleEventsLocked();
       return true;
     case EventKind::kSwitchDequeue:
@@ -199,6 +167,7 @@ bool FabricCore::StepLocked() {
       break;
   }
   ReleasePayloadLocked(event);
+  events_.Release(slot);
   DropStaleEventsLocked();
   return true;
 }
@@ -213,7 +182,7 @@ size_t FabricCore::AdvanceClockLocked(Nanos duration) {
   const Nanos deadline = now + duration;
   size_t count = 0;
   DropStaleEventsLocked();
-  while (!event_heap_.empty() && event_heap_.front().time <= deadline) {
+  while (!events_.empty() && events_.TopTime() <= deadline) {
     StepLocked();
     ++count;
   }
@@ -223,16 +192,16 @@ size_t FabricCore::AdvanceClockLocked(Nanos duration) {
 
 size_t FabricCore::PendingEventCountLocked() const {
   size_t live = 0;
-  for (const Event& event : event_heap_) {
+  events_.ForEach([&](const Event& event) {
     if (!IsStaleLocked(event)) ++live;
-  }
+  });
   return live;
 }
 
 std::optional<Nanos> FabricCore::NextEventTimeLocked() {
   DropStaleEventsLocked();
-  if (event_heap_.empty()) return std::nullopt;
-  return event_heap_.front().time;
+  if (events_.empty()) return std::nullopt;
+  return events_.TopTime();
 }
 
 void FabricCore::ProgressLocked() {

@@ -59,6 +59,7 @@
 #include "sim/device_profile.h"
 #include "sim/fabric.h"
 #include "sim/fault_injector.h"
+#include "sim/internal/event_queue.h"
 #include "sim/internal/handle_registry.h"
 #include "sim/internal/payload_pool.h"
 #include "sim/internal/ring.h"
@@ -668,13 +669,13 @@ class FabricCore {
   Device* FindDevice(std::string_view name) const;
 
   // --- Progress ---
-  void ScheduleLocked(const Event& event);
-  // The same, for an event built where it will live: StartEventLocked()
-  // appends a blank event for the caller to fill in, and CommitEventLocked()
-  // puts it in its place in the queue; nothing else may touch the queue in
-  // between (one copy fewer than building it on the stack).
-  Event& StartEventLocked() { return event_heap_.emplace_back(); }
-  void CommitEventLocked();
+  void ScheduleLocked(const Event& event) { events_.Push(event); }
+  // The same, for an event built where it will live (event_queue.h):
+  // StartEventLocked() gives a blank event for the caller to fill in, and
+  // CommitEventLocked() puts it in its place in the queue; nothing else may
+  // touch the queue in between.
+  Event& StartEventLocked() { return events_.Start(); }
+  void CommitEventLocked() { events_.Commit(); }
   // Runs the earliest event; false if none.
   bool StepLocked();
   size_t RunUntilIdleLocked();
@@ -908,10 +909,10 @@ class FabricCore {
   static constexpr uint32_t kFirstQpNum = 0x100;
   std::vector<SimQp*> qp_table_;
 
-  std::vector<Event> event_heap_;  // Min-heap on (time, sequence).
-  // The payloads of the packets in the heap and the switch's queues.
+  // Earliest first; equal times in the order scheduled.
+  EventQueue<Event> events_;
+  // The payloads of the packets in the queue and the switch's queues.
   PayloadPool payloads_;
-  uint64_t next_event_sequence_ = 0;
   // qp_nums of requesters with rnr_waiting set.
   std::vector<uint32_t> rnr_waiters_;
 };

@@ -49,6 +49,8 @@ uint64_t SimCounters::total_async_events() const {
 SimCounters& SimCounters::operator+=(const SimCounters& other) {
   send_wrs_posted += other.send_wrs_posted;
   recv_wrs_posted += other.recv_wrs_posted;
+  post_send_calls += other.post_send_calls;
+  post_recv_calls += other.post_recv_calls;
   inline_sends += other.inline_sends;
   payload_bytes_delivered += other.payload_bytes_delivered;
   dma_read_bytes += other.dma_read_bytes;
@@ -82,6 +84,8 @@ std::string SimCounters::ToString() const {
   };
   add("send_wrs_posted", send_wrs_posted);
   add("recv_wrs_posted", recv_wrs_posted);
+  add("post_send_calls", post_send_calls);
+  add("post_recv_calls", post_recv_calls);
   add("inline_sends", inline_sends);
   add("memory_registrations", memory_registrations);
   add("bytes_registered", bytes_registered);

@@ -30,6 +30,11 @@ struct SimCounters {
   // Work requests accepted by PostSend / PostRecv.
   uint64_t send_wrs_posted = 0;
   uint64_t recv_wrs_posted = 0;
+  // Calls of PostSend, and of PostRecv and PostSrqRecv, each with its chain
+  // of work requests (a doorbell each on a NIC, and on the simulator a
+  // lock of the fabric): how well a caller batches its posts.
+  uint64_t post_send_calls = 0;
+  uint64_t post_recv_calls = 0;
   // Of the send WRs, those posted with IBV_SEND_INLINE (payload copied at
   // post time; the NIC reads no host memory for them).
   uint64_t inline_sends = 0;

@@ -125,6 +125,7 @@
 #include "transport/negotiation.h"
 #include "transport/peer_region.h"
 #include "transport/rdma_chain.h"
+#include "transport/receive_reposts.h"
 #include "transport/send_queue_ledger.h"
 #include "transport/tcp.h"
 #include "transport/wr_id.h"
@@ -339,6 +340,9 @@ class Connection final : private AsyncEventListener {
   // Gives receive slot `slot` back: to this connection's receive queue, or
   // to the engine's shared receive queue (srq_pool_).
   absl::Status RepostLocked(uint32_t slot);
+  // Posts reposts_ (one chained PostRecv) and owes the peer their credits;
+  // fails the connection if the post fails.
+  absl::Status PostDeferredRepostsLocked();
   // The bytes of receive slot `slot`.
   const std::byte* RecvSlotLocked(uint32_t slot) const;
   // With a shared receive queue: every slot still held in arrived_ goes
@@ -419,6 +423,8 @@ class Connection final : private AsyncEventListener {
   SendQueueLedger sq_;
   SendCredits send_credits_;
   OwedCredits owed_credits_;
+  // Own-ring slots Receive() emptied, posted before their credits go out.
+  ReceiveReposts reposts_;
   uint32_t engine_slot_ = 0;
   uint32_t next_send_slot_ = 0;
   uint32_t send_limit_ = 0;

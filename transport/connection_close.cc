@@ -54,6 +54,9 @@ absl::Status Connection::Close(Deadline deadline) {
         "close: no credit to tell the peer, or asynchronous operations "
         "still queued");
     if (absl::IsDeadlineExceeded(ready) && failure_.ok()) result = ready;
+    if (ready.ok() && !reposts_.empty()) {
+      ready = PostDeferredRepostsLocked();
+    }
     if (ready.ok()) {
       absl::StatusOr<uint64_t> seq = PostControlLocked(
           WrKind::kClose, EncodeImm(ImmKind::kClose, owed_credits_.Take()));

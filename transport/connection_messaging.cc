@@ -50,6 +50,20 @@ absl::Status Connection::RepostLocked(uint32_t slot) {
   return status;
 }
 
+absl::Status Connection::PostDeferredRepostsLocked() {
+  const uint32_t count = reposts_.count();
+  absl::Status status = reposts_.Post(
+      verbs_, inline_.qp, reinterpret_cast<uint64_t>(recv_ring_.data()),
+      slot_size_, recv_ring_.lkey(), engine_slot_);
+  if (!status.ok()) [[unlikely]] {
+    status = WithContext(status, absl::StrCat(name_, ": reposting receives"));
+    FailLocked(status);
+    return status;
+  }
+  owed_credits_.Add(count);
+  return status;
+}
+
 void Connection::MaybeReturnCreditsLocked() {
   if (!established_ || closing_ || !failure_.ok() || peer_closed_) return;
   while (owed_credits_.WorthAMessage() && send_credits_.CanSendCreditReturn() &&
@@ -99,6 +113,12 @@ absl::Status Connection::Send(std::span<const std::byte> message,
   ibv_send_wr wr = {};
   wr.wr_id = MakeWrId(WrKind::kSendData, engine_slot_, 0);
   wr.opcode = IBV_WR_SEND_WITH_IMM;
+  // The credits it carries include the receives still waiting to be posted.
+  if (!reposts_.empty()) {
+    if (absl::Status status = PostDeferredRepostsLocked(); !status.ok()) {
+      return status;
+    }
+  }
   wr.imm_data = htonl(EncodeImm(ImmKind::kData, owed_credits_.Take()));
   wr.sg_list = &sge;
   wr.num_sge = size > 0 ? 1 : 0;
@@ -154,10 +174,20 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
       // A shared slot goes back to the engine's pool whatever became of
       // this connection; a slot of its own only while the peer may use it.
       const bool peer_may_send = failure_.ok() && !peer_closed_;
-      if ((peer_may_send || srq_pool_ != nullptr) && RepostLocked(slot).ok() &&
-          peer_may_send) {
-        owed_credits_.Add(1);
-        MaybeReturnCreditsLocked();
+      if (srq_pool_ != nullptr) {
+        if (RepostLocked(slot).ok() && peer_may_send) {
+          owed_credits_.Add(1);
+          MaybeReturnCreditsLocked();
+        }
+      } else if (peer_may_send) {
+        // Posted with the others once their credits are worth announcing
+        // (receive_reposts.h).
+        reposts_.Add(slot);
+        if ((reposts_.full() || reposts_.count() + owed_credits_.owed() >=
+                                    owed_credits_.batch()) &&
+            PostDeferredRepostsLocked().ok()) {
+          MaybeReturnCreditsLocked();
+        }
       }
       ++stats_.messages_received;
       stats_.bytes_received += length;

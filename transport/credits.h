@@ -62,6 +62,7 @@ class OwedCredits {
   explicit OwedCredits(uint32_t batch = 1) : batch_(std::max(batch, 1u)) {}
 
   uint32_t owed() const { return owed_; }
+  uint32_t batch() const { return batch_; }
   void Add(uint32_t credits = 1) { owed_ += credits; }
   // True when enough are owed to be worth a message of their own.
   bool WorthAMessage() const { return owed_ >= batch_; }

@@ -15,7 +15,8 @@
 //   BM_EngineMessages/<connections>/<srq>  one 32-byte (inline) message on
 //       every connection: client Send() x N, server Receive() x N, then the
 //       client engine progressed until empty (credit returns, send
-//       completions). msgs_per_s: messages over all connections per second.
+//       completions). msgs_per_s: messages over all connections per second;
+//       post_send_calls_per_msg, post_recv_calls_per_msg: verbs calls.
 //   BM_EngineSetup/<connections>/<srq>  N connections made (Connect +
 //       Accept, both attached to their engines); us_per_connection. The
 //       teardown is not timed.
@@ -212,6 +213,7 @@ void BM_EngineMessages(benchmark::State& state) {
   std::vector<std::byte> message(32, std::byte{0x5a});
   std::vector<std::byte> buffer(256);
   const Deadline deadline = kNoDeadline;
+  const sim::SimCounters before = setup.fabric().Counters();
   for (auto _ : state) {
     for (auto& client : setup.clients()) {
       if (!client->Send(message, deadline).ok()) {
@@ -237,8 +239,14 @@ void BM_EngineMessages(benchmark::State& state) {
   const double messages = static_cast<double>(state.iterations()) * n;
   state.counters["completions_per_msg"] =
       static_cast<double>(server.completions + client.completions) / messages;
-  state.counters["rnr_naks"] =
-      static_cast<double>(setup.fabric().Counters().rnr_naks);
+  const sim::SimCounters after = setup.fabric().Counters();
+  state.counters["rnr_naks"] = static_cast<double>(after.rnr_naks);
+  state.counters["post_send_calls_per_msg"] =
+      static_cast<double>(after.post_send_calls - before.post_send_calls) /
+      messages;
+  state.counters["post_recv_calls_per_msg"] =
+      static_cast<double>(after.post_recv_calls - before.post_recv_calls) /
+      messages;
 }
 BENCHMARK(BM_EngineMessages)
     ->ArgsProduct({{64, 1024}, {0, 1}})

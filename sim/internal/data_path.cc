@@ -41,6 +41,7 @@ absl::Status FabricCore::PostSendLocked(SimQp& qp, ibv_send_wr* wr,
                                         ibv_send_wr** bad_wr) {
   const DeviceProfile& profile = qp.device->profile;
   SimCounters& counters = qp.device->counters;
+  ++counters.post_send_calls;
   absl::Status status;
   for (; wr != nullptr; wr = wr->next) {
     auto refuse = [&](int error, std::string detail) {
@@ -194,6 +195,7 @@ void StoreRecvWr(const ibv_recv_wr& wr, RecvWqe& wqe, ibv_sge* sges) {
 
 absl::Status FabricCore::PostRecvLocked(SimQp& qp, ibv_recv_wr* wr,
                                         ibv_recv_wr** bad_wr) {
+  ++qp.device->counters.post_recv_calls;
   absl::Status status;
   bool posted = false;
   for (; wr != nullptr; wr = wr->next) {

@@ -21,6 +21,7 @@ bool FabricCore::HasReceive(const SimQp& qp) {
 
 absl::Status FabricCore::PostSrqRecvLocked(SimSrq& srq, ibv_recv_wr* wr,
                                            ibv_recv_wr** bad_wr) {
+  ++srq.device->counters.post_recv_calls;
   absl::Status status;
   bool posted = false;
   for (; wr != nullptr; wr = wr->next) {

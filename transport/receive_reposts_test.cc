@@ -16,7 +16,6 @@ namespace rdma_transport {
 namespace {
 
 using ::testing::_;
-using ::testing::Invoke;
 using ::testing::Return;
 
 struct Posted {
@@ -31,14 +30,14 @@ TEST(ReceiveRepostsTest, PostsTheSlotsHeldAsOneChainInOrder) {
   ibv_qp qp{};
   std::vector<Posted> posted;
   EXPECT_CALL(verbs, PostRecv(&qp, _, _))
-      .WillOnce(Invoke([&](ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr**) {
+      .WillOnce([&](ibv_qp*, ibv_recv_wr* wr, ibv_recv_wr**) {
         for (; wr != nullptr; wr = wr->next) {
           EXPECT_EQ(wr->num_sge, 1);
           posted.push_back({wr->wr_id, wr->sg_list[0].addr,
                             wr->sg_list[0].length, wr->sg_list[0].lkey});
         }
         return absl::OkStatus();
-      }));
+      });
   ReceiveReposts reposts;
   EXPECT_TRUE(reposts.empty());
   for (uint32_t slot : {5u, 2u, 9u}) reposts.Add(slot);

@@ -57,6 +57,25 @@ absl::Status UnknownHandle(std::string_view call, std::string_view kind) {
       absl::StrCat("unknown or destroyed ", std::string(kind), " handle"));
 }
 
+// PostSend, PostRecv and PostSrqRecv: under the fabric's lock, the queue
+// `find` gives (or an unknown-handle refusal of `call`, with *bad_wr the
+// first WR), `post` to it, then progress. The caller holds a
+// NotifyWaitersOnReturn, so waiters are told once the lock is released.
+template <typename Wr, typename Find, typename Post>
+absl::Status PostWorkRequests(FabricCore& core, Wr* wr, Wr** bad_wr,
+                              std::string_view call, std::string_view kind,
+                              Find find, Post post) {
+  std::lock_guard<internal::CoreMutex> lock(core.mu);
+  auto* queue = find(core);
+  if (queue == nullptr) [[unlikely]] {
+    if (bad_wr != nullptr) *bad_wr = wr;
+    return UnknownHandle(call, kind);
+  }
+  absl::Status status = post(core, *queue);
+  core.ProgressLocked();
+  return status;
+}
+
 // Fires the first matching control-path fault: returns its errno, after
 // counting it down.
 template <typename Matches>
@@ -1048,46 +1067,34 @@ absl::Status SimVerbs::DestroyQp(ibv_qp* qp) {
 absl::Status SimVerbs::PostSend(ibv_qp* qp, ibv_send_wr* wr,
                                 ibv_send_wr** bad_wr) {
   const NotifyWaitersOnReturn notify(fabric_);
-  FabricCore& core = fabric_->core();
-  std::lock_guard<internal::CoreMutex> lock(core.mu);
-  SimQp* sim = core.FindQp(qp);
-  if (sim == nullptr) [[unlikely]] {
-    if (bad_wr != nullptr) *bad_wr = wr;
-    return UnknownHandle("ibv_post_send", "QP");
-  }
-  absl::Status status = core.PostSendLocked(*sim, wr, bad_wr);
-  core.ProgressLocked();
-  return status;
+  return PostWorkRequests(
+      fabric_->core(), wr, bad_wr, "ibv_post_send", "QP",
+      [qp](FabricCore& core) { return core.FindQp(qp); },
+      [wr, bad_wr](FabricCore& core, SimQp& sim) {
+        return core.PostSendLocked(sim, wr, bad_wr);
+      });
 }
 
 absl::Status SimVerbs::PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                                 ibv_recv_wr** bad_wr) {
   const NotifyWaitersOnReturn notify(fabric_);
-  FabricCore& core = fabric_->core();
-  std::lock_guard<internal::CoreMutex> lock(core.mu);
-  SimQp* sim = core.FindQp(qp);
-  if (sim == nullptr) [[unlikely]] {
-    if (bad_wr != nullptr) *bad_wr = wr;
-    return UnknownHandle("ibv_post_recv", "QP");
-  }
-  absl::Status status = core.PostRecvLocked(*sim, wr, bad_wr);
-  core.ProgressLocked();
-  return status;
+  return PostWorkRequests(
+      fabric_->core(), wr, bad_wr, "ibv_post_recv", "QP",
+      [qp](FabricCore& core) { return core.FindQp(qp); },
+      [wr, bad_wr](FabricCore& core, SimQp& sim) {
+        return core.PostRecvLocked(sim, wr, bad_wr);
+      });
 }
 
 absl::Status SimVerbs::PostSrqRecv(ibv_srq* srq, ibv_recv_wr* wr,
                                    ibv_recv_wr** bad_wr) {
   const NotifyWaitersOnReturn notify(fabric_);
-  FabricCore& core = fabric_->core();
-  std::lock_guard<internal::CoreMutex> lock(core.mu);
-  SimSrq* sim = core.FindSrq(srq);
-  if (sim == nullptr) [[unlikely]] {
-    if (bad_wr != nullptr) *bad_wr = wr;
-    return UnknownHandle("ibv_post_srq_recv", "SRQ");
-  }
-  absl::Status status = core.PostSrqRecvLocked(*sim, wr, bad_wr);
-  core.ProgressLocked();
-  return status;
+  return PostWorkRequests(
+      fabric_->core(), wr, bad_wr, "ibv_post_srq_recv", "SRQ",
+      [srq](FabricCore& core) { return core.FindSrq(srq); },
+      [wr, bad_wr](FabricCore& core, SimSrq& sim) {
+        return core.PostSrqRecvLocked(sim, wr, bad_wr);
+      });
 }
 
 absl::StatusOr<int> SimVerbs::PollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {

@@ -159,14 +159,12 @@ bool FabricCore::StepLocked() {
       // The packet, payload and all, is in a switch queue now (or was
       // dropped and released there).
       HandleSwitchArriveLocked(event);
-      events_.Release(slot);
-      DropStaleEventsLocked();
-      return true;
+      break;
     case EventKind::kSwitchDequeue:
       HandleSwitchDequeueLocked(event);
       break;
   }
-  ReleasePayloadLocked(event);
+  if (event.kind != EventKind::kSwitchArrive) ReleasePayloadLocked(event);
   events_.Release(slot);
   DropStaleEventsLocked();
   return true;

@@ -343,6 +343,9 @@ class Connection final : private AsyncEventListener {
   // Posts reposts_ (one chained PostRecv) and owes the peer their credits;
   // fails the connection if the post fails.
   absl::Status PostDeferredRepostsLocked();
+  // Posts `slots` of the own receive ring (RepostLocked: one; the deferred:
+  // a chain); fails the connection if the post fails.
+  absl::Status PostOwnReceivesLocked(ReceiveReposts& slots);
   // The bytes of receive slot `slot`.
   const std::byte* RecvSlotLocked(uint32_t slot) const;
   // With a shared receive queue: every slot still held in arrived_ goes

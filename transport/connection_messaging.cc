@@ -32,19 +32,17 @@ absl::Status Connection::RepostLocked(uint32_t slot) {
     }
     return status;
   }
-  ibv_sge sge;
-  sge.addr = reinterpret_cast<uint64_t>(recv_ring_.data()) +
-             uint64_t{slot} * slot_size_;
-  sge.length = slot_size_;
-  sge.lkey = recv_ring_.lkey();
-  ibv_recv_wr wr = {};
-  wr.wr_id = MakeWrId(WrKind::kRecv, engine_slot_, slot);
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  ibv_recv_wr* bad = nullptr;
-  absl::Status status = verbs_.PostRecv(inline_.qp, &wr, &bad);
-  if (!status.ok()) {
-    status = WithContext(status, absl::StrCat(name_, ": reposting receive"));
+  ReceiveReposts one;
+  one.Add(slot);
+  return PostOwnReceivesLocked(one);
+}
+
+absl::Status Connection::PostOwnReceivesLocked(ReceiveReposts& slots) {
+  absl::Status status = slots.Post(
+      verbs_, inline_.qp, reinterpret_cast<uint64_t>(recv_ring_.data()),
+      slot_size_, recv_ring_.lkey(), engine_slot_);
+  if (!status.ok()) [[unlikely]] {
+    status = WithContext(status, absl::StrCat(name_, ": reposting receives"));
     FailLocked(status);
   }
   return status;
@@ -52,15 +50,8 @@ absl::Status Connection::RepostLocked(uint32_t slot) {
 
 absl::Status Connection::PostDeferredRepostsLocked() {
   const uint32_t count = reposts_.count();
-  absl::Status status = reposts_.Post(
-      verbs_, inline_.qp, reinterpret_cast<uint64_t>(recv_ring_.data()),
-      slot_size_, recv_ring_.lkey(), engine_slot_);
-  if (!status.ok()) [[unlikely]] {
-    status = WithContext(status, absl::StrCat(name_, ": reposting receives"));
-    FailLocked(status);
-    return status;
-  }
-  owed_credits_.Add(count);
+  absl::Status status = PostOwnReceivesLocked(reposts_);
+  if (status.ok()) owed_credits_.Add(count);
   return status;
 }
 
@@ -183,8 +174,8 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
         // Posted with the others once their credits are worth announcing
         // (receive_reposts.h).
         reposts_.Add(slot);
-        if ((reposts_.full() || reposts_.count() + owed_credits_.owed() >=
-                                    owed_credits_.batch()) &&
+        if ((reposts_.full() ||
+             owed_credits_.WorthAMessageWith(reposts_.count())) &&
             PostDeferredRepostsLocked().ok()) {
           MaybeReturnCreditsLocked();
         }

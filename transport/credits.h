@@ -62,10 +62,11 @@ class OwedCredits {
   explicit OwedCredits(uint32_t batch = 1) : batch_(std::max(batch, 1u)) {}
 
   uint32_t owed() const { return owed_; }
-  uint32_t batch() const { return batch_; }
   void Add(uint32_t credits = 1) { owed_ += credits; }
   // True when enough are owed to be worth a message of their own.
-  bool WorthAMessage() const { return owed_ >= batch_; }
+  bool WorthAMessage() const { return WorthAMessageWith(0); }
+  // The same once `more` receives still to be reposted are owed too.
+  bool WorthAMessageWith(uint32_t more) const { return owed_ + more >= batch_; }
   // Takes what one immediate can carry.
   uint32_t Take() {
     uint32_t taken = std::min(owed_, kMaxCreditsPerImm);

@@ -18,7 +18,7 @@
 //
 //   ReceiveReposts reposts;
 //   reposts.Add(slot);                       // Receive() emptied it
-//   if (reposts.count() + owed.owed() >= batch || reposts.full()) {
+//   if (owed.WorthAMessageWith(reposts.count()) || reposts.full()) {
 //     const uint32_t posted = reposts.count();
 //     if (reposts.Post(verbs, qp, ring_address, slot_size, lkey,
 //                      engine_slot).ok()) {

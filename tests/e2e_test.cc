@@ -243,26 +243,6 @@ TEST_F(EndToEndTest, FlowControlHoldsTheSenderWhileTheReceiverIsSlow) {
   }
 }
 
-TEST_F(EndToEndTest, MessageLargerThanTheSlotIsRefusedAndNothingIsLost) {
-  ConnectionOptions options;
-  options.max_message_size = 1024;
-  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
-  ASSERT_TRUE(pair.ok()) << pair.status();
-  std::vector<std::byte> big(1025);
-  absl::Status status = pair->client->Send(big);
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("exceeds the maximum message size"));
-  E2E_ASSERT_OK(pair->client->status());
-  E2E_ASSERT_OK(pair->client->Send(Bytes("after")));
-  std::vector<std::byte> small(3);
-  absl::StatusOr<size_t> n = pair->server->Receive(small);
-  EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
-  std::vector<std::byte> buffer(1024);
-  n = pair->server->Receive(buffer, In(seconds(5)));
-  ASSERT_TRUE(n.ok()) << n.status();
-  EXPECT_EQ(Text({buffer.data(), *n}), "after");
-}
-
 // A region of `size` bytes the peer may read and write.
 struct Region {
   std::vector<std::byte> memory;

@@ -17,9 +17,37 @@
 // A message travels as one SEND_WITH_IMM: from the caller's buffer with
 // IBV_SEND_INLINE when it fits the QP's usable inline size (inline_size.h),
 // else copied into a send slot first. Credits (credits.h) guarantee a posted
-// receive for every message, so the peer never sees an RNR. A message longer
-// than the peer's slot is refused with kInvalidArgument (large payloads go by
-// Write()). Receive copies one whole message out and reposts its slot.
+// receive for every message, so the peer never sees an RNR. Receive copies
+// one whole message out and reposts its slot.
+//
+// Zero copy. SendFrom() sends a range of a registered MemoryRegion by
+// scatter/gather from it (no copy; inline when it fits) and returns when
+// the NIC is done with it. ReceiveBorrowed() hands out the receive slot
+// itself as a ReceivedMessage (received_message.h): the slot, and its credit,
+// go back when the view is released. ReceiveInto() receives into a range of
+// a registered region (a rendezvous message lands there with no copy).
+//
+// Rendezvous. A message larger than the peer's slot (or than
+// ConnectionOptions::rendezvous_threshold, for SendFrom()) travels by
+// rendezvous when both sides offered it (ConnectionOptions::rendezvous,
+// path().rendezvous): the sender posts a request naming its registered
+// memory (rendezvous_request.h) in the same order as every other message;
+// the receiver, once the request reaches the head of its queue and a
+// Receive()/ReceiveInto() provides memory of the message's size, RDMA
+// READs the message into it (pieces cut as Read() cuts them) and reports
+// it read in the "finished" count of its next immediate (a credit message
+// of its own if nothing else goes); the sender's call returns then. Messages
+// keep one order per connection: those behind a rendezvous wait for it.
+// Send() registers the caller's buffer for the transfer (kRemoteRead) and
+// Receive() the caller's buffer (kLocalWrite); SendFrom()/ReceiveInto()
+// use the caller's regions. Memory is bounded: a request waits in its
+// receive slot (one credit) until the receiver provides memory, so a
+// receiver that takes nothing holds back the sender, never buffers. A
+// sender waiting for its message to be read notices the peer's death as
+// every wait does; a deadline that passes after the request went out fails
+// the connection (the peer may still read the memory), with kDeadlineExceeded.
+// Without rendezvous (either side), a message larger than the peer's slot
+// is refused with kInvalidArgument.
 //
 // One-sided. Write()/Read() post chains of at most `max_rdma_batch` work
 // requests, signalling the last and at least one every kProgressSignalBytes,
@@ -121,11 +149,13 @@
 #include "transport/credits.h"
 #include "transport/deadline.h"
 #include "transport/engine.h"
+#include "transport/immediate_data.h"
 #include "transport/memory_region.h"
 #include "transport/negotiation.h"
 #include "transport/peer_region.h"
 #include "transport/rdma_chain.h"
 #include "transport/receive_reposts.h"
+#include "transport/received_message.h"
 #include "transport/send_queue_ledger.h"
 #include "transport/tcp.h"
 #include "transport/wr_id.h"
@@ -153,6 +183,30 @@ class Connection final : private AsyncEventListener {
   // stays queued. kDeadlineExceeded when none arrives in time.
   absl::StatusOr<size_t> Receive(std::span<std::byte> buffer,
                                  Deadline deadline = kNoDeadline);
+
+  // Sends [offset, offset + length) of `region` with no copy (see above,
+  // "Zero copy" and "Rendezvous"); returns when the memory may be reused.
+  // Rendezvous needs kRemoteRead on the region (kFailedPrecondition
+  // without). kOutOfRange for a range outside the region; the waits and
+  // errors of Send() otherwise.
+  //
+  //   absl::Status sent = connection->SendFrom(region, 0, 1 << 20);
+  absl::Status SendFrom(const MemoryRegion& region, size_t offset,
+                        size_t length, Deadline deadline = kNoDeadline);
+  // Receives the next message into [offset, offset + capacity) of `region`
+  // (kLocalWrite needed for a rendezvous message: kPermissionDenied, and the
+  // message stays queued); returns its length. As Receive() otherwise.
+  absl::StatusOr<size_t> ReceiveInto(const MemoryRegion& region, size_t offset,
+                                     size_t capacity,
+                                     Deadline deadline = kNoDeadline);
+  // Receives the next message in place (received_message.h). A message that
+  // came by rendezvous has no slot to lend: kFailedPrecondition naming its
+  // size, and it stays queued for Receive()/ReceiveInto().
+  absl::StatusOr<ReceivedMessage> ReceiveBorrowed(
+      Deadline deadline = kNoDeadline);
+  // Waits for the next message and returns its length without taking it
+  // (to size a buffer for a rendezvous message, say).
+  absl::StatusOr<size_t> NextMessageSize(Deadline deadline = kNoDeadline);
 
   // One-sided transfers; return when all have completed. Bounded by the
   // QP's retry budget, not by a deadline: the NIC may still be using the
@@ -233,9 +287,12 @@ class Connection final : private AsyncEventListener {
   ConnectionStats stats() const;
 
   const std::string& name() const { return name_; }
-  // Largest message Send() accepts: the smaller of this side's
-  // max_message_size and the peer's slot size.
+  // Largest message sent eagerly (one receive slot): the smaller of this
+  // side's max_message_size and the peer's slot size. Larger ones go by
+  // rendezvous when path().rendezvous, else Send() refuses them.
   uint32_t max_message_size() const { return send_limit_; }
+  // SendFrom() sends messages longer than this by rendezvous.
+  uint32_t rendezvous_threshold() const { return rendezvous_threshold_; }
   uint32_t usable_inline() const { return inline_.usable_inline; }
   const NegotiatedQp& negotiated_qp() const { return inline_; }
   // What the handshake settled: protocol version, path MTU (and a note when
@@ -253,6 +310,7 @@ class Connection final : private AsyncEventListener {
   friend class ConnectionSetup;
   friend class Engine;
   friend class ConnectionTestPeer;  // tests/connection_test_peer.h
+  friend class ReceivedMessage;
 
   class CallScope;
 
@@ -282,6 +340,24 @@ class Connection final : private AsyncEventListener {
 
   // AsyncEventListener: called by the Context with no lock held.
   void OnAsyncEvent(ibv_event_type type) override;
+
+  // ReceivedMessage::Release(): takes mu_.
+  void ReleaseBorrowed(uint32_t slot);
+
+  // What a receive does with the next message (connection_messaging.cc).
+  struct ReceiveTarget {
+    enum class Mode { kCopy, kBorrow, kPeek };
+    Mode mode = Mode::kCopy;
+    std::byte* data = nullptr;  // kCopy: where the message goes
+    size_t capacity = 0;
+    // kCopy into a registered region (ReceiveInto): a rendezvous message is
+    // read into it directly. nullptr: `data` is registered for the READ.
+    const MemoryRegion* region = nullptr;
+    size_t region_offset = 0;
+    ReceivedMessage* borrowed = nullptr;  // kBorrow: the view handed out
+  };
+  absl::StatusOr<size_t> ReceiveMessage(const ReceiveTarget& target,
+                                        Deadline deadline);
 
   // All below run with mu_ held.
   absl::Status UsableLocked() const;
@@ -352,6 +428,32 @@ class Connection final : private AsyncEventListener {
   // back to the pool (teardown).
   void ReturnHeldSlotsLocked();
   void MaybeReturnCreditsLocked();
+  // A message's receive slot is done with: reposted (own ring: batched,
+  // receive_reposts.h) and its credit owed while the peer may still send.
+  void RecycleSlotLocked(uint32_t slot);
+  // Posts one message eagerly: from `data` inline when it fits, else by
+  // scatter/gather from the registered region `from` holding it (signalled;
+  // zero copy) or, `from` nullptr, copied into a send slot. Waits for
+  // credit until `deadline`. Returns the sequence of its work request.
+  // `kind` kRendezvous: `data` is a rendezvous request.
+  absl::StatusOr<uint64_t> SendEagerLocked(std::unique_lock<std::mutex>& lock,
+                                           const std::byte* data, uint32_t size,
+                                           const MemoryRegion* from,
+                                           Deadline deadline,
+                                           ImmKind kind = ImmKind::kData);
+  // Sends [offset, offset + length) of `region` (kRemoteRead) by rendezvous
+  // and waits until the peer has read it.
+  absl::Status SendRendezvousLocked(std::unique_lock<std::mutex>& lock,
+                                    const MemoryRegion& region, size_t offset,
+                                    size_t length, Deadline deadline);
+  // Reads the rendezvous message `request` into `target` (the head of
+  // arrived_, slot `slot`), then reports it finished.
+  absl::StatusOr<size_t> ReadRendezvousLocked(
+      std::unique_lock<std::mutex>& lock, const ReceiveTarget& target,
+      const RemoteRegion& request, uint32_t slot);
+  // The immediate of a message of `kind` carrying what is owed to the peer:
+  // credits and finished rendezvous reads.
+  uint32_t TakeImmLocked(ImmKind kind);
   // Polls and waits until `ready()` holds. The connection's failure if one
   // comes first; kDeadlineExceeded "<name>: <waiting_for> before the
   // deadline" at the deadline. Every wait of the connection goes through it.
@@ -364,7 +466,8 @@ class Connection final : private AsyncEventListener {
   absl::Status WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
                                 uint64_t seq, Deadline deadline);
   absl::Status RdmaLocked(std::unique_lock<std::mutex>& lock,
-                          std::span<const RdmaOp> ops, bool is_write);
+                          std::span<const RdmaOp> ops, bool is_write,
+                          RdmaChain& chain, uint64_t* ops_done);
   absl::Status CheckRdmaOps(std::span<const RdmaOp> ops, bool is_write) const;
   void TearDownLocked();
 
@@ -428,6 +531,16 @@ class Connection final : private AsyncEventListener {
   OwedCredits owed_credits_;
   // Own-ring slots Receive() emptied, posted before their credits go out.
   ReceiveReposts reposts_;
+  // Rendezvous: requests this side sent, and how many the peer has
+  // reported finished; the peer's requests this side has read and not yet
+  // reported. A finished count received in a credit message makes the
+  // credit of its slot due at once (credit_due_): the peer may be down to
+  // the credits its reports need.
+  uint64_t rendezvous_sent_ = 0;
+  uint64_t rendezvous_finished_ = 0;
+  uint32_t finished_owed_ = 0;
+  bool credit_due_ = false;
+  uint32_t rendezvous_threshold_ = 0;
   uint32_t engine_slot_ = 0;
   uint32_t next_send_slot_ = 0;
   uint32_t send_limit_ = 0;
@@ -446,8 +559,14 @@ class Connection final : private AsyncEventListener {
   // clock is read only when somebody waits, not per completion.
   uint64_t completions_ = 0;
   uint64_t engine_dispatched_ = 0;  // completions the engine handed over
-  // Received data messages not yet taken by Receive(): (slot, length).
-  std::vector<std::pair<uint32_t, uint32_t>> arrived_;
+  // Received messages not yet taken by a receive: the slot, the bytes the
+  // NIC wrote, and whether it is a rendezvous request.
+  struct Arrival {
+    uint32_t slot = 0;
+    uint32_t length : 31 = 0;
+    uint32_t rendezvous : 1 = 0;
+  };
+  std::vector<Arrival> arrived_;
   size_t arrived_head_ = 0;
   size_t arrived_count_ = 0;
   // Asynchronous operations in flight, oldest first, with what their
@@ -503,6 +622,10 @@ class Connection final : private AsyncEventListener {
   // chain and posting it.
   RdmaChain rdma_chain_;
   RdmaChain async_chain_;
+  // A rendezvous READ's chain: Receive() may run beside a Write() (see
+  // "Thread-safety"). Allocated at the first rendezvous message received.
+  RdmaChain rendezvous_chain_;
+  bool rendezvous_chain_ready_ = false;
   // Windows bound by BindRegion(), shared with their PeerRegions; released
   // ones are dropped at the next bind, the rest at teardown.
   std::vector<std::shared_ptr<BoundWindow>> windows_;

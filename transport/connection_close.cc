@@ -58,8 +58,8 @@ absl::Status Connection::Close(Deadline deadline) {
       ready = PostDeferredRepostsLocked();
     }
     if (ready.ok()) {
-      absl::StatusOr<uint64_t> seq = PostControlLocked(
-          WrKind::kClose, EncodeImm(ImmKind::kClose, owed_credits_.Take()));
+      absl::StatusOr<uint64_t> seq =
+          PostControlLocked(WrKind::kClose, TakeImmLocked(ImmKind::kClose));
       if (seq.ok()) {
         send_credits_.Spend();
         // Its completion means everything posted before it completed too.
@@ -83,7 +83,7 @@ absl::Status Connection::Close(Deadline deadline) {
 void Connection::ReturnHeldSlotsLocked() {
   if (srq_pool_ == nullptr) return;
   for (; arrived_count_ > 0; --arrived_count_) {
-    (void)srq_pool_->Repost(arrived_[arrived_head_].first);
+    (void)srq_pool_->Repost(arrived_[arrived_head_].slot);
     arrived_head_ = (arrived_head_ + 1) % arrived_.size();
   }
 }

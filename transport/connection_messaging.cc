@@ -1,19 +1,23 @@
 // File: transport/connection_messaging.cc
 //
-// Two-sided messaging: Send() (inline or copied into a send slot, one
-// SEND_WITH_IMM carrying the credits owed), Receive() (copy out, repost,
-// owe a credit), reposting receive slots and returning credits in a message
-// of their own (credits.h, immediate_data.h). Arrivals are recorded by the
-// progress loop (connection_progress.cc).
+// Two-sided messaging: Send() and SendFrom() (inline, copied into a send
+// slot, by scatter/gather from a registered region, or by rendezvous; one
+// SEND_WITH_IMM carrying what is owed to the peer), the receives (copy out,
+// lend the slot, or READ a rendezvous message into the caller's memory),
+// reposting receive slots and returning credits and finished rendezvous
+// reads in a message of their own (credits.h, immediate_data.h). Arrivals
+// are recorded by the progress loop (connection_progress.cc).
 
 #include <arpa/inet.h>
 
+#include <array>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
 #include "transport/inline_size.h"
+#include "transport/rendezvous_request.h"
 #include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
@@ -55,41 +59,59 @@ absl::Status Connection::PostDeferredRepostsLocked() {
   return status;
 }
 
+uint32_t Connection::TakeImmLocked(ImmKind kind) {
+  const uint32_t finished = std::min(finished_owed_, kMaxFinishedPerImm);
+  finished_owed_ -= finished;
+  if (owed_credits_.owed() <= kMaxCreditsPerImm) credit_due_ = false;
+  return EncodeImm(kind, owed_credits_.Take(), finished);
+}
+
 void Connection::MaybeReturnCreditsLocked() {
   if (!established_ || closing_ || !failure_.ok() || peer_closed_) return;
-  while (owed_credits_.WorthAMessage() && send_credits_.CanSendCreditReturn() &&
-         sq_.HasRoom(1)) {
-    const uint32_t credits = owed_credits_.Take();
-    absl::StatusOr<uint64_t> seq = PostControlLocked(
-        WrKind::kSendCredit, EncodeImm(ImmKind::kCredit, credits));
+  while ((owed_credits_.WorthAMessage() || finished_owed_ > 0 ||
+          (credit_due_ && owed_credits_.owed() > 0)) &&
+         send_credits_.CanSendCreditReturn() && sq_.HasRoom(1)) {
+    absl::StatusOr<uint64_t> seq =
+        PostControlLocked(WrKind::kSendCredit, TakeImmLocked(ImmKind::kCredit));
     if (!seq.ok()) return;
     send_credits_.Spend();
     ++stats_.credit_messages_sent;
   }
 }
 
-absl::Status Connection::Send(std::span<const std::byte> message,
-                              Deadline deadline) {
-  const size_t size = message.size();
-  std::unique_lock<std::mutex> lock = Enter();
-  CallScope call(*this, lock);
-  if (absl::Status status = UsableLocked(); !status.ok()) return status;
-  if (size > send_limit_) [[unlikely]] {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": message of ", size,
-                     " bytes exceeds the maximum message size ", send_limit_,
-                     " (the peer's receive slot); send larger payloads with "
-                     "Write()"));
+void Connection::RecycleSlotLocked(uint32_t slot) {
+  // A shared slot goes back to the engine's pool whatever became of this
+  // connection; a slot of its own only while the peer may use it.
+  const bool peer_may_send =
+      failure_.ok() && !peer_closed_ && !closing_ && !closed_;
+  if (srq_pool_ != nullptr) {
+    if (RepostLocked(slot).ok() && peer_may_send) {
+      owed_credits_.Add(1);
+      MaybeReturnCreditsLocked();
+    }
+  } else if (peer_may_send) {
+    // Posted with the others once their credits are worth announcing
+    // (receive_reposts.h).
+    reposts_.Add(slot);
+    if ((reposts_.full() ||
+         owed_credits_.WorthAMessageWith(reposts_.count())) &&
+        PostDeferredRepostsLocked().ok()) {
+      MaybeReturnCreditsLocked();
+    }
   }
-  const bool send_inline =
-      ShouldSendInline(static_cast<uint32_t>(size), inline_.usable_inline);
+}
+
+absl::StatusOr<uint64_t> Connection::SendEagerLocked(
+    std::unique_lock<std::mutex>& lock, const std::byte* data, uint32_t size,
+    const MemoryRegion* from, Deadline deadline, ImmKind kind) {
+  const bool send_inline = ShouldSendInline(size, inline_.usable_inline);
+  const bool copy = !send_inline && from == nullptr;
   absl::Status ready = WaitUntilLocked(
       lock, deadline,
       [&] {
         return peer_closed_ ||
                (send_credits_.CanSendData() && sq_.HasRoom(1) &&
-                (send_inline ||
-                 send_slot_seq_[next_send_slot_] <= sq_.completed()));
+                (!copy || send_slot_seq_[next_send_slot_] <= sq_.completed()));
       },
       "no send credit or slot");
   if (absl::IsDeadlineExceeded(ready) && failure_.ok()) {
@@ -100,50 +122,222 @@ absl::Status Connection::Send(std::span<const std::byte> message,
   if (!ready.ok()) return ready;
   if (peer_closed_) return PeerClosedError();
 
-  ibv_sge sge;
-  ibv_send_wr wr = {};
-  wr.wr_id = MakeWrId(WrKind::kSendData, engine_slot_, 0);
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
   // The credits it carries include the receives still waiting to be posted.
   if (!reposts_.empty()) {
     if (absl::Status status = PostDeferredRepostsLocked(); !status.ok()) {
       return status;
     }
   }
-  wr.imm_data = htonl(EncodeImm(ImmKind::kData, owed_credits_.Take()));
+  ibv_sge sge;
+  ibv_send_wr wr = {};
+  wr.wr_id = MakeWrId(WrKind::kSendData, engine_slot_, 0);
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
   wr.sg_list = &sge;
   wr.num_sge = size > 0 ? 1 : 0;
+  sge.addr = reinterpret_cast<uint64_t>(data);
+  sge.length = size;
+  sge.lkey = from != nullptr ? from->lkey() : 0;
   uint32_t slot = 0;
   if (send_inline) {
-    sge.addr = reinterpret_cast<uint64_t>(message.data());
-    sge.length = static_cast<uint32_t>(size);
     sge.lkey = 0;  // inline data is copied by the CPU; no key is used
     wr.send_flags = IBV_SEND_INLINE;
-  } else {
+  } else if (copy) {
     slot = next_send_slot_;
     std::byte* destination = send_ring_.data() + size_t{slot} * slot_size_;
-    if (size > 0) std::memcpy(destination, message.data(), size);
+    if (size > 0) std::memcpy(destination, data, size);
     sge.addr = reinterpret_cast<uint64_t>(destination);
-    sge.length = static_cast<uint32_t>(size);
     sge.lkey = send_ring_.lkey();
+  } else {
+    // From the caller's memory: its completion says when it may be reused.
+    wr.send_flags = IBV_SEND_SIGNALED;
   }
+  wr.imm_data = htonl(TakeImmLocked(kind));
   const uint64_t seq = sq_.posted();
   if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
     return status;
   }
   send_credits_.Spend();
-  if (!send_inline) {
+  if (copy) {
     send_slot_seq_[slot] = seq + 1;
     next_send_slot_ = (next_send_slot_ + 1) % send_slot_seq_.size();
   }
   ++stats_.messages_sent;
   stats_.bytes_sent += size;
   if (send_inline) ++stats_.inline_sends;
-  return absl::OkStatus();
+  return seq;
 }
 
-absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
-                                           Deadline deadline) {
+absl::Status Connection::SendRendezvousLocked(
+    std::unique_lock<std::mutex>& lock, const MemoryRegion& region,
+    size_t offset, size_t length, Deadline deadline) {
+  std::array<std::byte, kRendezvousRequestBytes> request;
+  RemoteRegion{reinterpret_cast<uint64_t>(region.data() + offset), length,
+               region.mr()->rkey}
+      .Encode(request);
+  // The request goes as any message does (inline where the QP has room,
+  // else copied into a send slot), in order with the others.
+  absl::StatusOr<uint64_t> posted =
+      SendEagerLocked(lock, request.data(), kRendezvousRequestBytes, nullptr,
+                      deadline, ImmKind::kRendezvous);
+  if (!posted.ok()) return posted.status();
+  // SendEagerLocked counted it as a data message of 20 bytes: it is the
+  // message of `length` bytes.
+  stats_.bytes_sent += length - kRendezvousRequestBytes;
+  ++stats_.rendezvous_sent;
+  const uint64_t ordinal = ++rendezvous_sent_;
+  absl::Status read = WaitUntilLocked(
+      lock, deadline,
+      [&] { return rendezvous_finished_ >= ordinal || peer_closed_; },
+      "the peer reading a rendezvous message");
+  if (read.ok() && rendezvous_finished_ < ordinal) read = PeerClosedError();
+  if (read.ok()) return read;
+  if (failure_.ok()) {
+    // The peer may still read the memory, which the caller gets back now:
+    // nothing may use the connection any more.
+    FailLocked(absl::Status(
+        read.code(),
+        absl::StrCat(name_, ": the ", length,
+                     "-byte message sent by rendezvous was not read (",
+                     read.message(),
+                     "); the connection fails, as the peer could still read "
+                     "the sender's memory")));
+  }
+  // The NIC must be done serving the peer's READs before the memory goes.
+  QuiesceLocked(lock);
+  return failure_;
+}
+
+absl::Status Connection::Send(std::span<const std::byte> message,
+                              Deadline deadline) {
+  const size_t size = message.size();
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  if (size <= send_limit_) [[likely]] {
+    return SendEagerLocked(lock, message.data(), static_cast<uint32_t>(size),
+                           nullptr, deadline)
+        .status();
+  }
+  if (!path_.rendezvous) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": message of ", size,
+        " bytes exceeds the maximum message size ", send_limit_,
+        " (the peer's receive slot) and rendezvous is off (",
+        options_.rendezvous ? "the peer did not offer it"
+                            : "ConnectionOptions::rendezvous is false",
+        "); send larger payloads with Write()"));
+  }
+  // The NIC only reads it: registered for remote reads alone.
+  absl::StatusOr<MemoryRegion> registered = context_.RegisterMemory(
+      {const_cast<std::byte*>(message.data()), size}, kRemoteRead);
+  if (!registered.ok()) {
+    return WithContext(registered.status(),
+                       absl::StrCat(name_, ": registering a ", size,
+                                    "-byte message for rendezvous"));
+  }
+  return SendRendezvousLocked(lock, *registered, 0, size, deadline);
+}
+
+absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
+                                  size_t length, Deadline deadline) {
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  if (!region.valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": SendFrom() without a memory region"));
+  }
+  if (absl::Status status = region.CheckRange(offset, length); !status.ok()) {
+    return absl::OutOfRangeError(
+        absl::StrCat(name_, ": SendFrom(): ", status.message()));
+  }
+  if (length <= rendezvous_threshold_ || !path_.rendezvous) {
+    if (length > send_limit_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, ": message of ", length,
+                       " bytes exceeds the maximum message size ", send_limit_,
+                       " and rendezvous is off"));
+    }
+    absl::StatusOr<uint64_t> seq =
+        SendEagerLocked(lock, region.data() + offset,
+                        static_cast<uint32_t>(length), &region, deadline);
+    if (!seq.ok()) return seq.status();
+    if (ShouldSendInline(static_cast<uint32_t>(length),
+                         inline_.usable_inline)) {
+      return absl::OkStatus();  // the CPU copied it while posting
+    }
+    // Bounded by the QP's retry budget, as Write(): the NIC reads the
+    // memory until the completion.
+    return WaitForSeqLocked(lock, *seq, kNoDeadline);
+  }
+  if (!region.allows(kRemoteRead)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name_, ": a ", length,
+        "-byte message goes by rendezvous (the peer reads it), but the region "
+        "was registered without kRemoteRead"));
+  }
+  return SendRendezvousLocked(lock, region, offset, length, deadline);
+}
+
+void Connection::ReleaseBorrowed(uint32_t slot) {
+  std::unique_lock<std::mutex> lock = Enter();
+  CallScope call(*this, lock);
+  --stats_.views_held;
+  RecycleSlotLocked(slot);
+}
+
+absl::StatusOr<size_t> Connection::ReadRendezvousLocked(
+    std::unique_lock<std::mutex>& lock, const ReceiveTarget& target,
+    const RemoteRegion& request, uint32_t slot) {
+  const size_t length = request.length;
+  // The memory to read into: the caller's region, or its buffer registered
+  // for this message (deregistered when this returns: after the READ
+  // completed or the QP was flushed).
+  MemoryRegion registered;
+  const MemoryRegion* local = target.region;
+  size_t local_offset = target.region_offset;
+  if (local == nullptr) {
+    absl::StatusOr<MemoryRegion> buffer =
+        context_.RegisterMemory({target.data, length}, kLocalWrite);
+    if (!buffer.ok()) {
+      return WithContext(buffer.status(),
+                         absl::StrCat(name_, ": registering a ", length,
+                                      "-byte buffer for a rendezvous message "
+                                      "(it stays queued)"));
+    }
+    registered = *std::move(buffer);
+    local = &registered;
+    local_offset = 0;
+  } else if (!local->allows(kLocalWrite)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        name_, ": the next message (", length,
+        " bytes) came by rendezvous and is read into the region, which was "
+        "registered without kLocalWrite; it stays queued"));
+  }
+  arrived_head_ = (arrived_head_ + 1) % arrived_.size();
+  --arrived_count_;
+  if (!rendezvous_chain_ready_) {
+    rendezvous_chain_.Reset(options_.max_rdma_batch, engine_slot_,
+                            inline_.usable_inline);
+    rendezvous_chain_ready_ = true;
+  }
+  const RdmaOp read{local, local_offset, length, request, 0};
+  absl::Status status =
+      RdmaLocked(lock, {&read, 1}, false, rendezvous_chain_, nullptr);
+  // The request's slot is done with either way.
+  RecycleSlotLocked(slot);
+  if (!status.ok()) return status;
+  ++finished_owed_;
+  MaybeReturnCreditsLocked();
+  ++stats_.messages_received;
+  ++stats_.rendezvous_received;
+  stats_.bytes_received += length;
+  return length;
+}
+
+absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
+                                                  Deadline deadline) {
+  using Mode = ReceiveTarget::Mode;
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
   while (true) {
@@ -152,36 +346,52 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
     // in our memory, in order, and the sender was told they were sent.
     if (closed_ || closing_ || !established_) return UsableLocked();
     if (arrived_count_ > 0) {
-      const auto [slot, length] = arrived_[arrived_head_];
-      if (length > buffer.size()) {
+      const Arrival arrival = arrived_[arrived_head_];
+      const uint32_t slot = arrival.slot;
+      const uint32_t length = arrival.length;
+      if (arrival.rendezvous) [[unlikely]] {
+        absl::StatusOr<RemoteRegion> request =
+            DecodeRendezvousRequest({RecvSlotLocked(slot), size_t{length}});
+        if (!request.ok()) {
+          FailLocked(absl::InternalError(absl::StrCat(
+              name_, ": protocol error: ", request.status().message())));
+          return failure_;
+        }
+        if (target.mode == Mode::kPeek) return size_t{request->length};
+        if (target.mode == Mode::kBorrow) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              name_, ": the next message (", request->length,
+              " bytes) came by rendezvous and has no slot to lend: receive "
+              "it with Receive() or ReceiveInto(); it stays queued"));
+        }
+        if (request->length > target.capacity) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(name_, ": the next message has ", request->length,
+                           " bytes but the buffer holds ", target.capacity,
+                           "; it stays queued"));
+        }
+        if (!failure_.ok()) return failure_;  // nothing left to read it with
+        return ReadRendezvousLocked(lock, target, *request, slot);
+      }
+      if (target.mode == Mode::kPeek) return size_t{length};
+      if (target.mode == Mode::kCopy && length > target.capacity) {
         return absl::InvalidArgumentError(
             absl::StrCat(name_, ": the next message has ", length,
-                         " bytes but the buffer holds ", buffer.size(),
+                         " bytes but the buffer holds ", target.capacity,
                          "; it stays queued"));
       }
       arrived_head_ = (arrived_head_ + 1) % arrived_.size();
       --arrived_count_;
-      if (length > 0) std::memcpy(buffer.data(), RecvSlotLocked(slot), length);
-      // A shared slot goes back to the engine's pool whatever became of
-      // this connection; a slot of its own only while the peer may use it.
-      const bool peer_may_send = failure_.ok() && !peer_closed_;
-      if (srq_pool_ != nullptr) {
-        if (RepostLocked(slot).ok() && peer_may_send) {
-          owed_credits_.Add(1);
-          MaybeReturnCreditsLocked();
-        }
-      } else if (peer_may_send) {
-        // Posted with the others once their credits are worth announcing
-        // (receive_reposts.h).
-        reposts_.Add(slot);
-        if ((reposts_.full() ||
-             owed_credits_.WorthAMessageWith(reposts_.count())) &&
-            PostDeferredRepostsLocked().ok()) {
-          MaybeReturnCreditsLocked();
-        }
-      }
       ++stats_.messages_received;
       stats_.bytes_received += length;
+      if (target.mode == Mode::kBorrow) {
+        ++stats_.views_held;
+        *target.borrowed =
+            ReceivedMessage(this, slot, {RecvSlotLocked(slot), size_t{length}});
+        return size_t{length};
+      }
+      if (length > 0) std::memcpy(target.data, RecvSlotLocked(slot), length);
+      RecycleSlotLocked(slot);
       return size_t{length};
     }
     if (peer_closed_) return PeerClosedError();
@@ -198,6 +408,49 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
           absl::StrCat(name_, ": no message before the deadline"));
     }
   }
+}
+
+absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
+                                           Deadline deadline) {
+  ReceiveTarget target;
+  target.data = buffer.data();
+  target.capacity = buffer.size();
+  return ReceiveMessage(target, deadline);
+}
+
+absl::StatusOr<size_t> Connection::ReceiveInto(const MemoryRegion& region,
+                                               size_t offset, size_t capacity,
+                                               Deadline deadline) {
+  if (!region.valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": ReceiveInto() without a memory region"));
+  }
+  if (absl::Status status = region.CheckRange(offset, capacity); !status.ok()) {
+    return absl::OutOfRangeError(
+        absl::StrCat(name_, ": ReceiveInto(): ", status.message()));
+  }
+  ReceiveTarget target;
+  target.data = region.data() + offset;
+  target.capacity = capacity;
+  target.region = &region;
+  target.region_offset = offset;
+  return ReceiveMessage(target, deadline);
+}
+
+absl::StatusOr<ReceivedMessage> Connection::ReceiveBorrowed(Deadline deadline) {
+  ReceivedMessage message;
+  ReceiveTarget target;
+  target.mode = ReceiveTarget::Mode::kBorrow;
+  target.borrowed = &message;
+  absl::StatusOr<size_t> length = ReceiveMessage(target, deadline);
+  if (!length.ok()) return length.status();
+  return message;
+}
+
+absl::StatusOr<size_t> Connection::NextMessageSize(Deadline deadline) {
+  ReceiveTarget target;
+  target.mode = ReceiveTarget::Mode::kPeek;
+  return ReceiveMessage(target, deadline);
 }
 
 }  // namespace rdma_transport

@@ -81,8 +81,8 @@ uint64_t Connection::RdmaInFlightCapLocked() const {
 }
 
 absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
-                                    std::span<const RdmaOp> ops,
-                                    bool is_write) {
+                                    std::span<const RdmaOp> ops, bool is_write,
+                                    RdmaChain& chain, uint64_t* ops_done) {
   const uint64_t max_piece = MaxRdmaPieceLocked();
   const uint64_t max_batch_bytes = RdmaInFlightCapLocked();
   size_t op_index = 0;
@@ -92,12 +92,12 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
     // completion every kProgressSignalBytes, which the watchdog counts as
     // progress.
     uint32_t ops_finished = 0;
-    rdma_chain_.Begin(kProgressSignalBytes);
-    while (!rdma_chain_.full() && op_index < ops.size() &&
-           rdma_chain_.bytes() < max_batch_bytes) {
+    chain.Begin(kProgressSignalBytes);
+    while (!chain.full() && op_index < ops.size() &&
+           chain.bytes() < max_batch_bytes) {
       const RdmaOp& op = ops[op_index];
       const uint64_t length = std::min(op.length - op_offset, max_piece);
-      rdma_chain_.Append(
+      chain.Append(
           reinterpret_cast<uint64_t>(op.local->data() + op.local_offset) +
               op_offset,
           op.local->lkey(), op.remote.address + op.remote_offset + op_offset,
@@ -109,8 +109,8 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
         ++ops_finished;
       }
     }
-    rdma_chain_.SignalLast();
-    const uint32_t batch = rdma_chain_.size();
+    chain.SignalLast();
+    const uint32_t batch = chain.size();
 
     if (absl::Status status = WaitUntilLocked(
             lock, kNoDeadline, [&] { return sq_.HasRoom(batch); },
@@ -119,12 +119,14 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
       return status;
     }
     const uint64_t last_seq = sq_.posted() + batch - 1;
-    if (absl::Status status = PostSendLocked(rdma_chain_.head(), batch);
+    if (absl::Status status = PostSendLocked(chain.head(), batch);
         !status.ok()) {
       return status;
     }
-    stats_.rdma_bytes += rdma_chain_.bytes();
-    (is_write ? stats_.rdma_writes : stats_.rdma_reads) += ops_finished;
+    if (ops_done != nullptr) {
+      stats_.rdma_bytes += chain.bytes();
+      *ops_done += ops_finished;
+    }
     if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
         !status.ok()) {
       // The NIC may still hold work requests naming the caller's memory.
@@ -142,7 +144,7 @@ absl::Status Connection::Write(std::span<const RdmaOp> ops) {
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
-  return RdmaLocked(lock, ops, true);
+  return RdmaLocked(lock, ops, true, rdma_chain_, &stats_.rdma_writes);
 }
 
 absl::Status Connection::Read(std::span<const RdmaOp> ops) {
@@ -152,7 +154,7 @@ absl::Status Connection::Read(std::span<const RdmaOp> ops) {
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
-  return RdmaLocked(lock, ops, false);
+  return RdmaLocked(lock, ops, false, rdma_chain_, &stats_.rdma_reads);
 }
 
 absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,

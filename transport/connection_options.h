@@ -43,6 +43,16 @@ struct ConnectionOptions {
   // PostWrite()/PostRead(); 0: kSoftRoceInFlightBytes on Soft-RoCE, no cap
   // elsewhere. (Pieces stay at most kSoftRoceInFlightBytes on Soft-RoCE.)
   uint64_t rdma_in_flight_bytes = 0;
+  // Messages larger than this many bytes go by rendezvous (connection.h,
+  // "Rendezvous"): the receiver READs them from the sender's memory. 0, or
+  // anything above the peer's slot size: the peer's slot size, so every
+  // message that fits a slot is sent eagerly (measured: docs/performance.md,
+  // "Zero-copy and rendezvous").
+  uint32_t rendezvous_threshold = 0;
+  // Offer rendezvous in the handshake. false: messages larger than the
+  // peer's slot are refused with kInvalidArgument, as before protocol 3's
+  // MESSAGING extension.
+  bool rendezvous = true;
   // Credits owed before they go back in a message of their own; 0: half of
   // recv_slots.
   uint32_t credit_batch = 0;
@@ -88,6 +98,11 @@ struct ConnectionStats {
   uint64_t bytes_received = 0;
   uint64_t credit_messages_sent = 0;
   uint64_t credit_messages_received = 0;
+  // Messages that went by rendezvous (counted in messages_sent/received
+  // and their bytes too), and ReceivedMessages not yet released.
+  uint64_t rendezvous_sent = 0;
+  uint64_t rendezvous_received = 0;
+  uint64_t views_held = 0;
   uint64_t rdma_writes = 0;  // RdmaOps completed, not work requests
   uint64_t rdma_reads = 0;
   uint64_t rdma_bytes = 0;

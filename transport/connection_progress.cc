@@ -80,28 +80,48 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     return;
   }
   const uint32_t imm = ntohl(wc.imm_data);
+  const uint32_t finished = ImmFinished(imm);
+  const ImmKind imm_kind = ImmKindOf(imm);
+  if ((imm & kImmReservedBits) != 0 ||
+      ((finished > 0 || imm_kind == ImmKind::kRendezvous) &&
+       !path_.rendezvous) ||
+      finished > rendezvous_sent_ - rendezvous_finished_) [[unlikely]] {
+    if (srq_recv) (void)RepostLocked(slot);
+    FailLocked(absl::InternalError(absl::StrCat(
+        name_, ": protocol error: immediate 0x", absl::Hex(imm),
+        path_.rendezvous
+            ? absl::StrCat(" (reserved bits, or ", finished,
+                           " rendezvous messages finished of ",
+                           rendezvous_sent_ - rendezvous_finished_,
+                           " outstanding)")
+            : std::string(" uses rendezvous, which the handshake did not "
+                          "settle"))));
+    return;
+  }
   send_credits_.Return(ImmCredits(imm));
-  switch (ImmKindOf(imm)) {
-    case ImmKind::kData: {
+  rendezvous_finished_ += finished;
+  switch (imm_kind) {
+    case ImmKind::kData:
+    case ImmKind::kRendezvous: {
       const size_t tail = (arrived_head_ + arrived_count_) % arrived_.size();
-      arrived_[tail] = {slot, wc.byte_len};
+      Arrival& arrival = arrived_[tail];
+      arrival.slot = slot;
+      arrival.length = wc.byte_len;
+      arrival.rendezvous = imm_kind == ImmKind::kRendezvous;
       ++arrived_count_;
       break;
     }
     case ImmKind::kCredit:
       ++stats_.credit_messages_received;
-      if (RepostLocked(slot).ok()) owed_credits_.Add(1);
+      if (RepostLocked(slot).ok()) {
+        owed_credits_.Add(1);
+        if (finished > 0) credit_due_ = true;
+      }
       break;
     case ImmKind::kClose:
       peer_closed_ = true;
       // Its own slot is not needed again; a shared one is the pool's.
       if (srq_recv) (void)RepostLocked(slot);
-      break;
-    default:
-      if (srq_recv) (void)RepostLocked(slot);
-      FailLocked(absl::InternalError(absl::StrCat(
-          name_, ": protocol error: unknown message kind in immediate 0x",
-          absl::Hex(imm))));
       break;
   }
 }

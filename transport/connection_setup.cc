@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/handshake.h"
+#include "transport/rendezvous_request.h"
 #include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
@@ -138,7 +139,7 @@ absl::Status Connection::CreateQueues() {
   context_.RegisterListener(this, inline_.qp, cq_);
   registered_ = true;
 
-  arrived_.assign(o.recv_slots, {0, 0});
+  arrived_.assign(o.recv_slots, Arrival{});
   send_slot_seq_.assign(o.send_slots, 0);
   rdma_chain_.Reset(o.max_rdma_batch, engine_slot_, inline_.usable_inline);
   if (engine_ != nullptr) {
@@ -198,10 +199,9 @@ ConnectionFootprint Connection::Footprint(const ConnectionOptions& o,
   footprint.shared_receive_bytes =
       shared ? uint64_t{o.recv_slots} * engine->srq_slot_bytes : 0;
   footprint.heap_bytes =
-      sizeof(Connection) +
-      o.recv_slots * sizeof(std::pair<uint32_t, uint32_t>) +  // arrived_
-      o.send_slots * sizeof(uint64_t) +                       // send_slot_seq_
-      sq_depth * sizeof(uint64_t) +                           // sq_'s bytes
+      sizeof(Connection) + o.recv_slots * sizeof(Arrival) +  // arrived_
+      o.send_slots * sizeof(uint64_t) +                      // send_slot_seq_
+      sq_depth * sizeof(uint64_t) +                          // sq_'s bytes
       // rdma_chain_, and async_chain_ with an engine
       (engine != nullptr ? 2 : 1) * o.max_rdma_batch *
           (sizeof(ibv_send_wr) + sizeof(ibv_sge)) +
@@ -257,6 +257,7 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
     return WithContext(status, name_);
   }
   path_ = path;
+  path_.rendezvous = path.rendezvous && options_.rendezvous;
   std::unique_lock<std::mutex> lock(mu_);
   // With a shared receive queue the engine posted every slot already.
   for (uint32_t slot = 0; srq_pool_ == nullptr && slot < options_.recv_slots;
@@ -267,6 +268,12 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
   }
   send_credits_ = SendCredits(peer_recv_slots);
   send_limit_ = std::min(options_.max_message_size, peer_slot_size);
+  // A request must fit the peer's slot (and ours, when not inline).
+  if (send_limit_ < kRendezvousRequestBytes) path_.rendezvous = false;
+  rendezvous_threshold_ =
+      options_.rendezvous_threshold == 0
+          ? send_limit_
+          : std::min(options_.rendezvous_threshold, send_limit_);
   peer_probe_ = peer_probe;
   established_ = true;
   last_activity_ = env_.Now();

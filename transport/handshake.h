@@ -58,6 +58,10 @@
 //                          (0..15), reserved u8 0; an unset value is 0
 //     3 RETRY_AFTER     4  REJECT: u32 milliseconds (1..60000) after which
 //                          the refused client may try again (server busy)
+//     4 MESSAGING       4  HELLO, ACCEPT: flags u8 (bit 0: the sender takes
+//                          rendezvous messages, immediate kind 3 and the
+//                          finished count, immediate_data.h; others 0),
+//                          reserved u8 0, reserved u16 0
 //
 // Versions: frame format 2 is what every peer before protocol 3 spoke (its
 // HELLO and ACCEPT have neither version range nor extensions; its READY and
@@ -132,6 +136,7 @@ enum class HandshakeExtensionType : uint16_t {
   kReadDepth = 1,
   kTraffic = 2,
   kRetryAfter = 3,
+  kMessaging = 4,
 };
 
 // Outstanding RDMA READs: what the sender's QP issues at once (its
@@ -145,6 +150,13 @@ struct ReadDepth {
 struct TrafficSettings {
   std::optional<uint8_t> traffic_class;
   std::optional<uint8_t> service_level;  // 0..15
+};
+
+// What the sender's messaging understands beyond protocol 3's.
+struct MessagingFeatures {
+  // Messages larger than a receive slot travel by rendezvous
+  // (connection.h): it takes rendezvous requests and finished counts.
+  bool rendezvous = false;
 };
 
 // An extension this side does not know, as it was on the wire.
@@ -172,9 +184,10 @@ struct HandshakeMessage {
   // REJECT only.
   std::string reason;
   // Format-3 extensions.
-  std::optional<ReadDepth> read_depth;     // HELLO, ACCEPT
-  std::optional<TrafficSettings> traffic;  // HELLO, ACCEPT
-  std::optional<uint32_t> retry_after_ms;  // REJECT
+  std::optional<ReadDepth> read_depth;         // HELLO, ACCEPT
+  std::optional<TrafficSettings> traffic;      // HELLO, ACCEPT
+  std::optional<uint32_t> retry_after_ms;      // REJECT
+  std::optional<MessagingFeatures> messaging;  // HELLO, ACCEPT
   // Decoding: the extensions skipped. Encoding: written as they are, in type
   // order among the known ones (a test's or a later version's).
   std::vector<HandshakeExtension> unknown_extensions;

@@ -24,6 +24,8 @@ const char* ExtensionName(uint16_t type) {
       return "TRAFFIC";
     case HandshakeExtensionType::kRetryAfter:
       return "RETRY_AFTER";
+    case HandshakeExtensionType::kMessaging:
+      return "MESSAGING";
   }
   return nullptr;
 }
@@ -35,6 +37,7 @@ bool BelongsTo(HandshakeExtensionType extension, HandshakeType type) {
   switch (extension) {
     case HandshakeExtensionType::kReadDepth:
     case HandshakeExtensionType::kTraffic:
+    case HandshakeExtensionType::kMessaging:
       return type == HandshakeType::kHello || type == HandshakeType::kAccept;
     case HandshakeExtensionType::kRetryAfter:
       return type == HandshakeType::kReject;
@@ -66,6 +69,10 @@ absl::Status CheckRetryAfter(HandshakeType type, uint32_t ms) {
                       kMaxRetryAfterMs);
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckMessaging(HandshakeType, const MessagingFeatures&) {
+  return absl::OkStatus();  // a bool cannot be out of range
 }
 
 // Decodes one known extension's value into `message`.
@@ -132,6 +139,21 @@ absl::Status DecodeKnownExtension(HandshakeType type,
         return status;
       }
       message.retry_after_ms = ms;
+      return absl::OkStatus();
+    }
+    case HandshakeExtensionType::kMessaging: {
+      const uint8_t flags = reader.U8();
+      const uint8_t reserved8 = reader.U8();
+      const uint16_t reserved16 = reader.U16();
+      if ((flags & ~1u) != 0) {
+        return Invalid(type, absl::StrFormat("MESSAGING flags 0x%02x: only "
+                                             "bit 0 (rendezvous) is defined",
+                                             flags));
+      }
+      if (reserved8 != 0 || reserved16 != 0) {
+        return Invalid(type, "MESSAGING reserved bytes are not 0");
+      }
+      message.messaging = MessagingFeatures{(flags & 1) != 0};
       return absl::OkStatus();
     }
   }
@@ -203,7 +225,7 @@ absl::Status DecodeExtensions(HandshakeType type,
 
 bool HasExtensions(const HandshakeMessage& message) {
   return message.read_depth.has_value() || message.traffic.has_value() ||
-         message.retry_after_ms.has_value() ||
+         message.retry_after_ms.has_value() || message.messaging.has_value() ||
          !message.unknown_extensions.empty();
 }
 
@@ -232,7 +254,9 @@ absl::Status CheckExtensions(const HandshakeMessage& message) {
         CheckKnownExtension(type, HandshakeExtensionType::kTraffic,
                             message.traffic, CheckTraffic),
         CheckKnownExtension(type, HandshakeExtensionType::kRetryAfter,
-                            message.retry_after_ms, CheckRetryAfter)}) {
+                            message.retry_after_ms, CheckRetryAfter),
+        CheckKnownExtension(type, HandshakeExtensionType::kMessaging,
+                            message.messaging, CheckMessaging)}) {
     if (!status.ok()) return status;
   }
   int previous = -1;
@@ -290,6 +314,15 @@ void WriteExtensions(const HandshakeMessage& message, Writer& writer) {
     writer.U16(static_cast<uint16_t>(HandshakeExtensionType::kRetryAfter));
     writer.U16(kKnownExtensionSize);
     writer.U32(*message.retry_after_ms);
+  }
+  write_unknown_below(
+      static_cast<uint16_t>(HandshakeExtensionType::kMessaging));
+  if (message.messaging.has_value()) {
+    writer.U16(static_cast<uint16_t>(HandshakeExtensionType::kMessaging));
+    writer.U16(kKnownExtensionSize);
+    writer.U8(message.messaging->rendezvous ? 1 : 0);
+    writer.U8(0);
+    writer.U16(0);
   }
   write_unknown_below(0x10000);
 }

@@ -41,6 +41,7 @@ HandshakeMessage OfferFor(const Connection& connection,
       message.traffic = LocalTraffic(connection.context());
     }
     message.read_depth = LocalReadDepth(connection.context());
+    message.messaging = MessagingFeatures{options.rendezvous};
   }
   return message;
 }

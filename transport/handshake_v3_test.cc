@@ -1,6 +1,6 @@
 // Frame format 3: the version range, the extensions (READ_DEPTH, TRAFFIC,
-// ESTABLISHED, RETRY_AFTER, unknown and critical ones), and that frames of the
-// legacy format 2 still decode.
+// ESTABLISHED, RETRY_AFTER, MESSAGING, unknown and critical ones), and that
+// frames of the legacy format 2 still decode.
 #include <string>
 #include <vector>
 
@@ -170,6 +170,36 @@ TEST(HandshakeV3Test, MalformedExtensionsFailNamingWhatIsWrong) {
           HelloWithExtensions({0x00, 0x02, 0x00, 0x04, 0x00, 7, 0, 0}))
           .status(),
       "TRAFFIC traffic_class 7 must be 0 when flag bit 0 is clear"));
+}
+
+TEST(HandshakeV3Test, MessagingSaysWhetherTheSenderTakesRendezvous) {
+  HandshakeMessage hello = GoldenHelloV3();
+  hello.unknown_extensions.clear();
+  hello.messaging = MessagingFeatures{true};
+  const std::vector<uint8_t> frame = Encode(hello);
+  // MESSAGING, the last extension: type 4, 4 bytes, flags 1, reserved.
+  const std::vector<uint8_t> tail(frame.end() - 8, frame.end());
+  EXPECT_EQ(tail, (std::vector<uint8_t>{0x00, 0x04, 0x00, 0x04, 1, 0, 0, 0}));
+  absl::StatusOr<HandshakeMessage> decoded = DecodeHandshakeFrame(frame);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_TRUE(decoded->messaging.has_value());
+  EXPECT_TRUE(decoded->messaging->rendezvous);
+
+  EXPECT_TRUE(IsInvalid(
+      DecodeHandshakeFrame(
+          HelloWithExtensions({0x00, 0x04, 0x00, 0x04, 0x02, 0, 0, 0}))
+          .status(),
+      "MESSAGING flags 0x02: only bit 0 (rendezvous) is defined"));
+  EXPECT_TRUE(IsInvalid(
+      DecodeHandshakeFrame(
+          HelloWithExtensions({0x00, 0x04, 0x00, 0x04, 0x01, 0, 0, 9}))
+          .status(),
+      "MESSAGING reserved bytes are not 0"));
+  EXPECT_TRUE(
+      IsInvalid(DecodeHandshakeFrame(
+                    ReadyWithExtensions({0x00, 0x04, 0x00, 0x04, 1, 0, 0, 0}))
+                    .status(),
+                "extension MESSAGING does not belong in this frame"));
 }
 
 TEST(HandshakeV3Test, VersionRangesAreChecked) {

@@ -44,6 +44,8 @@ ConnectionPath CommonPath(const Context& context, const HandshakeMessage& peer,
   const TrafficSettings own = LocalTraffic(context);
   path.traffic_class = own.traffic_class;
   path.service_level = own.service_level;
+  // This side's own wish is the connection's business (Establish).
+  path.rendezvous = peer.messaging.has_value() && peer.messaging->rendezvous;
   return path;
 }
 

@@ -53,6 +53,10 @@ struct ConnectionPath {
   uint8_t max_dest_rd_atomic = 1;        // RDMA READs this side serves at once
   std::optional<uint8_t> traffic_class;  // unset: the system default
   std::optional<uint8_t> service_level;
+  // Both sides take rendezvous messages (ConnectionOptions::rendezvous and
+  // the peer's MESSAGING extension): Send() accepts messages larger than
+  // the peer's slot.
+  bool rendezvous = false;
   // True when traffic_class/service_level came from the peer (a server that
   // imposes its own, or a server adopting the client's).
   bool traffic_from_peer = false;

@@ -1,0 +1,62 @@
+// File: transport/received_message.h
+//
+// `ReceivedMessage`: a message received in place (Connection::
+// ReceiveBorrowed): a view of the receive slot the NIC wrote it into, with
+// no copy. The slot, and the credit the peer spent on it, go back when the
+// view is released (Release() or the destructor), so a receiver that holds
+// views holds back its peer: at most recv_slots - 2 can be held before the
+// peer's Send() waits for credit.
+//
+//   absl::StatusOr<ReceivedMessage> message =
+//       connection->ReceiveBorrowed(DeadlineIn(1s));
+//   if (message.ok()) Consume(message->data());  // then it goes out of scope
+//
+// Ownership: the bytes belong to the connection; the view must be released
+// before its connection is closed or destroyed (after Close() the bytes
+// are gone and Release() only forgets them). Move-only. Thread-safety: one
+// view is used by one thread at a time; Release() takes the connection's
+// lock, so views of one connection may be released from any thread.
+
+#ifndef RDMA_TRANSPORT_TRANSPORT_RECEIVED_MESSAGE_H_
+#define RDMA_TRANSPORT_TRANSPORT_RECEIVED_MESSAGE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace rdma_transport {
+
+class Connection;
+
+class ReceivedMessage {
+ public:
+  ReceivedMessage() = default;
+  ReceivedMessage(ReceivedMessage&& other) noexcept { *this = std::move(other); }
+  ReceivedMessage& operator=(ReceivedMessage&& other) noexcept;
+  ReceivedMessage(const ReceivedMessage&) = delete;
+  ReceivedMessage& operator=(const ReceivedMessage&) = delete;
+  ~ReceivedMessage() { Release(); }
+
+  std::span<const std::byte> data() const { return data_; }
+  size_t size() const { return data_.size(); }
+  // True while it holds a slot (a moved-from or released view holds none).
+  bool held() const { return connection_ != nullptr; }
+
+  // Gives the slot back to the connection (reposted; its credit returns to
+  // the peer). Idempotent; data() is empty afterwards.
+  void Release();
+
+ private:
+  friend class Connection;
+  ReceivedMessage(Connection* connection, uint32_t slot,
+                  std::span<const std::byte> data)
+      : connection_(connection), slot_(slot), data_(data) {}
+
+  Connection* connection_ = nullptr;
+  uint32_t slot_ = 0;
+  std::span<const std::byte> data_;
+};
+
+}  // namespace rdma_transport
+
+#endif  // RDMA_TRANSPORT_TRANSPORT_RECEIVED_MESSAGE_H_

@@ -7,10 +7,12 @@
 
 namespace rdma_transport {
 
-RawQpPair::RawQpPair(Verbs& verbs, Context& sender, Context& receiver)
+RawQpPair::RawQpPair(Verbs& verbs, Context& sender, Context& receiver,
+                     uint32_t slot_bytes)
     : verbs_(verbs),
-      send_buffer_(kSlot),
-      recv_buffer_(size_t{kSlot} * kRecvSlots) {
+      slot_bytes_(slot_bytes),
+      send_buffer_(slot_bytes),
+      recv_buffer_(size_t{slot_bytes} * kRecvSlots) {
   RcQpCaps caps;
   caps.max_send_wr = 128;
   caps.max_recv_wr = kRecvSlots;
@@ -42,9 +44,9 @@ RawQpPair::~RawQpPair() {
 }
 
 absl::Status RawQpPair::Repost(uint32_t slot) {
-  ibv_sge sge{
-      reinterpret_cast<uint64_t>(recv_mr_.data()) + uint64_t{slot} * kSlot,
-      kSlot, recv_mr_.lkey()};
+  ibv_sge sge{reinterpret_cast<uint64_t>(recv_mr_.data()) +
+                  uint64_t{slot} * slot_bytes_,
+              slot_bytes_, recv_mr_.lkey()};
   ibv_recv_wr wr = {};
   wr.wr_id = slot;
   wr.sg_list = &sge;

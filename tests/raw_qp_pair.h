@@ -3,7 +3,7 @@
 // `RawQpPair`: the raw-verbs baseline the transport's per-message cost is
 // measured against (transport_benchmark's BM_RawMessage and BM_Overhead).
 // Two RC QPs connected between two Contexts, one CQ per side for sends and
-// receives (as a Connection has), kRecvSlots receives of kSlot bytes posted
+// receives (as a Connection has), kRecvSlots receives of one slot each posted
 // on the receiving side. Message() is what a transport message costs at the
 // least: post one signalled SEND_WITH_IMM (IBV_SEND_INLINE exactly when the
 // transport would send it inline), poll the sender's CQ, poll the
@@ -35,15 +35,17 @@ namespace rdma_transport {
 class RawQpPair {
  public:
   static constexpr int kRecvSlots = 64;
-  static constexpr uint32_t kSlot = 4096;
+  static constexpr uint32_t kDefaultSlot = 4096;
 
-  RawQpPair(Verbs& verbs, Context& sender, Context& receiver);
+  // Receive slots of `slot_bytes` each.
+  RawQpPair(Verbs& verbs, Context& sender, Context& receiver,
+            uint32_t slot_bytes = kDefaultSlot);
   ~RawQpPair();
   RawQpPair(const RawQpPair&) = delete;
   RawQpPair& operator=(const RawQpPair&) = delete;
 
-  // One message of `size` bytes (<= kSlot) from sender to receiver; false
-  // when a verbs call or a completion failed.
+  // One message of `size` bytes (<= the slot size) from sender to receiver;
+  // false when a verbs call or a completion failed.
   bool Message(uint32_t size);
 
   // The sending QP's usable inline size (inline_size.h).
@@ -61,6 +63,7 @@ class RawQpPair {
   bool PollOne(ibv_cq* cq, ibv_wc* wc);
 
   Verbs& verbs_;
+  uint32_t slot_bytes_;
   std::vector<std::byte> send_buffer_;
   std::vector<std::byte> recv_buffer_;
   MemoryRegion send_mr_;

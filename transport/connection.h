@@ -524,6 +524,7 @@ class Connection final : private AsyncEventListener {
   mutable std::atomic<int> entering_{0};
   int active_calls_ = 0;  // calls inside the connection (for Close)
   int cv_waiters_ = 0;    // threads in cv_.wait_until() (SleepLocked)
+  int env_waiters_ = 0;   // threads of this connection in env_.Wait()
   // Send queue accounting and signalling (sequence numbers, room, bytes
   // outstanding): with send_progress_time_, the watchdog's inputs.
   SendQueueLedger sq_;
@@ -573,6 +574,9 @@ class Connection final : private AsyncEventListener {
   // pieces need to be posted later (the cap on bytes in flight; async_op.h).
   AsyncOpRing async_;
   NegotiatedQp inline_;
+  // Send()'s work request and gather entry (connection_messaging.cc).
+  ibv_send_wr message_wr_{};
+  ibv_sge message_sge_{};
   // Send slots are used round robin; each remembers the sequence of the
   // send that used it, and is free once that sequence has completed.
   std::vector<uint64_t> send_slot_seq_;

@@ -84,7 +84,7 @@ void Connection::ReturnHeldSlotsLocked() {
   if (srq_pool_ == nullptr) return;
   for (; arrived_count_ > 0; --arrived_count_) {
     (void)srq_pool_->Repost(arrived_[arrived_head_].slot);
-    arrived_head_ = (arrived_head_ + 1) % arrived_.size();
+    if (++arrived_head_ == arrived_.size()) arrived_head_ = 0;
   }
 }
 

@@ -103,7 +103,9 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   switch (imm_kind) {
     case ImmKind::kData:
     case ImmKind::kRendezvous: {
-      const size_t tail = (arrived_head_ + arrived_count_) % arrived_.size();
+      // No division on this path: the ring wraps by comparison.
+      size_t tail = arrived_head_ + arrived_count_;
+      if (tail >= arrived_.size()) tail -= arrived_.size();
       Arrival& arrival = arrived_[tail];
       arrival.slot = slot;
       arrival.length = wc.byte_len;
@@ -247,10 +249,12 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
     wakeup_index = count;
     fds[count++] = {wakeup_fd_, POLLIN, 0};
   }
+  ++env_waiters_;
   lock.unlock();
   const int ready = env_.Wait(token, {fds, static_cast<size_t>(count)}, wake,
                               busy ? WaitKind::kSpin : WaitKind::kBlock);
   lock.lock();
+  --env_waiters_;
   if (!busy) event_waiter_ = false;
   auto readable = [&](int index) {
     return ready > 0 && index >= 0 && fds[index].revents != 0;
@@ -308,9 +312,11 @@ void Connection::UpdateReadinessLocked() {
 void Connection::SleepLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
                              Deadline until, WaitKind kind) {
   if (env_.virtual_time() || kind == WaitKind::kSpin) {
+    ++env_waiters_;
     lock.unlock();
     env_.Wait(token, {}, until, kind);
     lock.lock();
+    --env_waiters_;
   } else {
     ++cv_waiters_;
     cv_.wait_until(lock, until);

@@ -17,9 +17,14 @@
 //                                        (signalled), poll the sender's CQ,
 //                                        poll the receiver's CQ, repost the
 //                                        receive
-//   BM_Overhead/<size>/<inline>          both, interleaved in blocks of 256
-//                                        messages; reports the median ns per
-//                                        message of each and their ratio
+//   BM_Overhead/<size>/<inline>/<zero_copy>  both, interleaved in blocks of
+//                                        256 messages; reports the median ns
+//                                        per message of each and their
+//                                        ratio. zero_copy 1: SendFrom() a
+//                                        registered region +
+//                                        ReceiveBorrowed() (released at
+//                                        once); slots as large as the
+//                                        message on both (4 KiB at least)
 //   BM_HandshakeEncode / BM_HandshakeDecode   a HELLO with a 16-byte token
 //   BM_ConnectionSetup                   Connect + Accept + both Close()s
 //
@@ -91,10 +96,14 @@ class Setup {
   }
 
   // `client_options`: the client's (an engine, say); the server's are the
-  // defaults.
-  void ConnectTransport(const ConnectionOptions& client_options = {}) {
+  // defaults but for `slot_bytes`, the size of its receive slots.
+  void ConnectTransport(const ConnectionOptions& client_options = {},
+                        uint32_t slot_bytes = 4096) {
+    ConnectionOptions server_options;
+    server_options.max_message_size = slot_bytes;
     std::unique_ptr<Listener> listener =
-        Must(Listener::Create(*server_context_, "127.0.0.1:0"), "listen");
+        Must(Listener::Create(*server_context_, "127.0.0.1:0", server_options),
+             "listen");
     Acceptor acceptor(*listener);
     client_ =
         Must(Connect(*client_context_, listener->address(), client_options),
@@ -107,9 +116,9 @@ class Setup {
     server_.reset();
   }
 
-  void ConnectRaw() {
-    raw_ =
-        std::make_unique<RawQpPair>(verbs_, *client_context_, *server_context_);
+  void ConnectRaw(uint32_t slot_bytes = RawQpPair::kDefaultSlot) {
+    raw_ = std::make_unique<RawQpPair>(verbs_, *client_context_,
+                                       *server_context_, slot_bytes);
   }
 
   Connection& client() { return *client_; }
@@ -140,6 +149,14 @@ inline bool TransportMessage(Setup& setup, std::span<const std::byte> message,
   if (!setup.client().Send(message).ok()) return false;
   absl::StatusOr<size_t> n = setup.server().Receive(buffer);
   return n.ok() && *n == message.size();
+}
+
+// The same with no copy: sent from a registered region, received in place.
+inline bool ZeroCopyMessage(Setup& setup, const MemoryRegion& message,
+                            size_t size) {
+  if (!setup.client().SendFrom(message, 0, size).ok()) return false;
+  absl::StatusOr<ReceivedMessage> received = setup.server().ReceiveBorrowed();
+  return received.ok() && received->size() == size;
 }
 
 void SetMessageCounters(benchmark::State& state, uint64_t allocations,
@@ -215,14 +232,24 @@ double Median(std::vector<double>& values) {
 void BM_Overhead(benchmark::State& state) {
   constexpr int kBlock = 256;
   const uint32_t size = static_cast<uint32_t>(state.range(0));
+  const bool zero_copy = state.range(2) != 0;
+  // Slots as large as the message (4 KiB at least), on both.
+  const uint32_t slot = std::max<uint32_t>(size, RawQpPair::kDefaultSlot);
   Setup setup(state.range(1) != 0);
-  setup.ConnectTransport();
-  setup.ConnectRaw();
+  ConnectionOptions client_options;
+  client_options.max_message_size = slot;
+  setup.ConnectTransport(client_options, slot);
+  setup.ConnectRaw(slot);
   std::vector<std::byte> message(size, std::byte{0x5a});
-  std::vector<std::byte> buffer(4096);
+  std::vector<std::byte> buffer(slot);
+  MemoryRegion registered = Must(
+      setup.client_context().RegisterMemory(message, kLocalOnly), "region");
+  auto transport_message = [&] {
+    return zero_copy ? ZeroCopyMessage(setup, registered, size)
+                     : TransportMessage(setup, message, buffer);
+  };
   for (int i = 0; i < 1000; ++i) {
-    if (!TransportMessage(setup, message, buffer) ||
-        !setup.raw().Message(size)) {
+    if (!transport_message() || !setup.raw().Message(size)) {
       state.SkipWithError("warm-up failed");
       return;
     }
@@ -237,7 +264,7 @@ void BM_Overhead(benchmark::State& state) {
     const uint64_t allocations_before = CountHeap().allocations;
     const auto t0 = Clock::now();
     for (int i = 0; i < kBlock; ++i) {
-      if (!TransportMessage(setup, message, buffer)) {
+      if (!transport_message()) {
         state.SkipWithError("transport message failed");
         return;
       }
@@ -273,9 +300,20 @@ void MessageArgs(benchmark::internal::Benchmark* b) {
   }
 }
 
+// <zero_copy> 1: SendFrom() a registered region and ReceiveBorrowed();
+// 0: Send() and Receive(), copying. Sizes to 64 KiB, slots as large.
+void OverheadArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"size", "inline", "zero_copy"});
+  for (int size : {8, 64, 256, 4096, 65536}) {
+    for (int allow_inline : {1, 0}) {
+      for (int zero_copy : {1, 0}) b->Args({size, allow_inline, zero_copy});
+    }
+  }
+}
+
 BENCHMARK(BM_TransportMessage)->Apply(MessageArgs);
 BENCHMARK(BM_RawMessage)->Apply(MessageArgs);
-BENCHMARK(BM_Overhead)->Apply(MessageArgs);
+BENCHMARK(BM_Overhead)->Apply(OverheadArgs);
 
 constexpr char kSampleToken[] = "0123456789abcdef";
 

@@ -9,7 +9,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
+#include "tests/connection_test_peer.h"
 #include "tests/e2e_fixture.h"
+#include "transport/immediate_data.h"
+#include "transport/rendezvous_request.h"
 #include "verbs_shim/env_thread.h"
 #include "verbs_shim/verbs_error.h"
 
@@ -52,9 +55,25 @@ size_t LiveRegistrations(sim::Fabric& fabric, const std::string& device) {
 std::vector<size_t> MixedSizes(const Connection& sender) {
   const size_t inline_limit = sender.usable_inline();
   const size_t slot = sender.max_message_size();
-  return {0,     1,     inline_limit, slot,   slot + 1,     k1MiB, k64MiB,
-          1,     slot,  k1MiB,        0,      slot + 1,     inline_limit,
-          k1MiB, slot,  1,            k64MiB, inline_limit, slot + 1};
+  return {0,
+          1,
+          inline_limit,
+          slot,
+          slot + 1,
+          k1MiB,
+          k64MiB,
+          1,
+          slot,
+          k1MiB,
+          0,
+          slot + 1,
+          inline_limit,
+          k1MiB,
+          slot,
+          1,
+          k64MiB,
+          inline_limit,
+          slot + 1};
 }
 
 // Sends message i of MixedSizes() as stream 21, every other one from a
@@ -133,9 +152,9 @@ TEST_F(EndToEndTest, EveryMessageSizeArrivesInOrderByEveryReceivePath) {
   EXPECT_EQ(server.stats().views_held, 0u);
   const ConnectionStats sent = pair->client->stats();
   const ConnectionStats got = server.stats();
-  const uint64_t large = std::count_if(sizes.begin(), sizes.end(), [&](size_t s) {
-    return s > pair->client->max_message_size();
-  });
+  const uint64_t large = std::count_if(
+      sizes.begin(), sizes.end(),
+      [&](size_t s) { return s > pair->client->max_message_size(); });
   EXPECT_EQ(sent.rendezvous_sent, large);
   EXPECT_EQ(got.rendezvous_received, large);
   EXPECT_EQ(got.messages_received, sizes.size());
@@ -182,8 +201,8 @@ TEST_F(EndToEndTest, ARendezvousMessageIsNotLentAndAShortBufferKeepsItQueued) {
   std::vector<std::byte> message(size);
   FillMessage(22, 0, message);
   auto sending = RunInThread(env(), [&] {
-    return pair->client->Send(message, pair->client->env().DeadlineIn(
-                                           seconds(30)));
+    return pair->client->Send(message,
+                              pair->client->env().DeadlineIn(seconds(30)));
   });
   absl::StatusOr<ReceivedMessage> borrowed =
       pair->server->ReceiveBorrowed(In(seconds(30)));
@@ -195,8 +214,7 @@ TEST_F(EndToEndTest, ARendezvousMessageIsNotLentAndAShortBufferKeepsItQueued) {
   absl::StatusOr<Region> read_only =
       MakeRegion(server_context(), size, kRemoteRead);
   ASSERT_TRUE(read_only.ok()) << read_only.status();
-  n = pair->server->ReceiveInto(read_only->registered, 0, size,
-                                In(seconds(5)));
+  n = pair->server->ReceiveInto(read_only->registered, 0, size, In(seconds(5)));
   EXPECT_EQ(n.status().code(), absl::StatusCode::kPermissionDenied);
   std::vector<std::byte> buffer(size);
   n = pair->server->Receive(buffer, In(seconds(30)));
@@ -205,7 +223,8 @@ TEST_F(EndToEndTest, ARendezvousMessageIsNotLentAndAShortBufferKeepsItQueued) {
   E2E_ASSERT_OK(sending.Get());
 
   // A region without remote read cannot be the source of one.
-  absl::StatusOr<Region> local = MakeRegion(client_context(), size, kLocalWrite);
+  absl::StatusOr<Region> local =
+      MakeRegion(client_context(), size, kLocalWrite);
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_EQ(pair->client->SendFrom(local->registered, 0, size).code(),
             absl::StatusCode::kFailedPrecondition);
@@ -288,6 +307,58 @@ TEST_F(EndToEndTest, ASenderDyingMidRendezvousEndsTheReceiverUnavailable) {
   if (fabric != nullptr) {
     EXPECT_EQ(LiveRegistrations(*fabric, device), registrations)
         << "the receive buffer's registration outlived the failed read";
+  }
+}
+
+// What a broken or hostile peer could send instead of a rendezvous request,
+// and what the receiver must say: each fails the connection naming it, and
+// nothing is read from the peer's memory.
+TEST_F(EndToEndTest, MalformedRendezvousTrafficIsAProtocolError) {
+  struct Case {
+    const char* what;
+    bool rendezvous;  // both sides offer it
+    uint32_t imm;
+    std::vector<std::byte> payload;
+    const char* says;
+  };
+  std::vector<std::byte> request(kRendezvousRequestBytes);
+  RemoteRegion{4096, 1 << 20, 7}.Encode(
+      std::span<std::byte, kRendezvousRequestBytes>(request));
+  std::vector<std::byte> wraps(kRendezvousRequestBytes);
+  RemoteRegion{~uint64_t{0} - 100, 1 << 20, 7}.Encode(
+      std::span<std::byte, kRendezvousRequestBytes>(wraps));
+  const std::vector<Case> cases = {
+      {"a short request", true, EncodeImm(ImmKind::kRendezvous, 0),
+       std::vector<std::byte>(kRendezvousRequestBytes - 1),
+       "rendezvous request of 19 bytes"},
+      {"a range that wraps", true, EncodeImm(ImmKind::kRendezvous, 0), wraps,
+       "wraps around"},
+      {"a report of nothing requested",
+       true,
+       EncodeImm(ImmKind::kCredit, 0, 1),
+       {},
+       "1 rendezvous messages finished"},
+      {"reserved immediate bits",
+       true,
+       EncodeImm(ImmKind::kData, 0) | 1u << 24,
+       {},
+       "reserved bits"},
+      {"a request nobody offered to take", false,
+       EncodeImm(ImmKind::kRendezvous, 0), request, "did not settle"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ConnectionOptions options;
+    options.rendezvous = c.rendezvous;
+    absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    E2E_ASSERT_OK(
+        ConnectionTestPeer::PostRawMessage(*pair->client, c.imm, c.payload));
+    std::vector<std::byte> buffer(k1MiB);
+    absl::StatusOr<size_t> n = pair->server->Receive(buffer, In(seconds(10)));
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kInternal) << n.status();
+    EXPECT_THAT(n.status().message(), HasSubstr("protocol error"));
+    EXPECT_THAT(n.status().message(), HasSubstr(c.says));
   }
 }
 

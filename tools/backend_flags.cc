@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "sim/fabric.h"
 #include "sim/profile_names.h"
 #include "sim/sim_verbs.h"
@@ -40,8 +43,29 @@ ABSL_FLAG(std::string, progress, rdma_transport::BackendFlags{}.progress,
 
 namespace rdma_transport {
 
+namespace {
+
+// The names of the flags in argv (FlagOnCommandLine). absl_flags_reflection
+// could say so, but Debian 12's Abseil keeps IsSpecifiedOnCommandLine()
+// private.
+std::set<std::string>& FlagsOnCommandLine() {
+  static std::set<std::string>* names = new std::set<std::string>;
+  return *names;
+}
+
+}  // namespace
+
 absl::Status ParseToolCommandLine(int argc, char** argv,
                                   const std::string& summary) {
+  // "-name", "--name", "--name=value" ("--name value" too: its value is no
+  // flag); flags end at "--".
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "-")) continue;
+    absl::ConsumePrefix(&arg, "-");
+    FlagsOnCommandLine().insert(std::string(arg.substr(0, arg.find('='))));
+  }
   // --help lists every flag of the tool (absl's default is only those
   // defined in a file named after the program).
   absl::FlagsUsageConfig config;
@@ -59,6 +83,10 @@ absl::Status ParseToolCommandLine(int argc, char** argv,
                      "positional arguments; see --help)"));
   }
   return absl::OkStatus();
+}
+
+bool FlagOnCommandLine(const std::string& name) {
+  return FlagsOnCommandLine().contains(name);
 }
 
 absl::StatusOr<std::vector<uint32_t>> ParseSizeList(const std::string& text,

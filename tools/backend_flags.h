@@ -59,6 +59,11 @@ class Fabric;
 absl::Status ParseToolCommandLine(int argc, char** argv,
                                   const std::string& summary);
 
+// True when --`name` was given on the command line (after
+// ParseToolCommandLine): a default left alone, told from the same value
+// chosen.
+bool FlagOnCommandLine(const std::string& name);
+
 // "8,64,4096" -> {8, 64, 4096}; each in [min, max], in any order,
 // duplicates allowed. kInvalidArgument otherwise.
 absl::StatusOr<std::vector<uint32_t>> ParseSizeList(const std::string& text,

@@ -1,5 +1,6 @@
 #include "tools/bench_common.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -32,6 +33,14 @@ ABSL_FLAG(std::string, token, "",
           "without it (default: none, and the server says so)");
 ABSL_FLAG(std::string, csv, "", "write the results to this CSV file");
 ABSL_FLAG(std::string, json, "", "write the results to this JSON file");
+ABSL_FLAG(bool, zero_copy, false,
+          "messages with no copy: SendFrom() a registered region, "
+          "ReceiveBorrowed() the receive slot (or ReceiveInto() a registered "
+          "region above the slot); the server follows the client");
+ABSL_FLAG(int64_t, slot_bytes, 0,
+          "receive slot (max_message_size) in bytes, 512..16777216; larger "
+          "messages go by rendezvous. 0: the largest of --sizes, within "
+          "512..65536");
 
 namespace rdma_transport {
 namespace {
@@ -99,6 +108,95 @@ absl::StatusOr<BenchMode> SessionFlags::Mode(
   if (server) return BenchMode::kServer;
   if (!connect.empty()) return BenchMode::kClient;
   return BenchMode::kSelf;
+}
+
+MessageFlags MessageFlags::FromCommandLine() {
+  MessageFlags flags;
+  flags.zero_copy = absl::GetFlag(FLAGS_zero_copy);
+  flags.slot_bytes = absl::GetFlag(FLAGS_slot_bytes);
+  return flags;
+}
+
+absl::Status MessageFlags::Check() const {
+  if (slot_bytes != 0 &&
+      (slot_bytes < kControlMessageSize || slot_bytes > kMaxSlotSize)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slot_bytes=", slot_bytes, ": want 0 (auto) or ",
+                     kControlMessageSize, "..", kMaxSlotSize));
+  }
+  return absl::OkStatus();
+}
+
+uint32_t MessageFlags::Slot(uint32_t largest) const {
+  if (slot_bytes != 0) return static_cast<uint32_t>(slot_bytes);
+  return std::clamp(largest, kControlMessageSize, kAutoSlotCap);
+}
+
+uint64_t CountFor(uint64_t base, bool scale, uint32_t size, uint64_t floor) {
+  if (!scale || size <= kScaleCountsAbove) return base;
+  return std::max(floor, base * kScaleCountsAbove / size);
+}
+
+absl::StatusOr<MessageSender> MessageSender::Create(Connection& connection,
+                                                    bool zero_copy,
+                                                    size_t largest) {
+  MessageSender sender;
+  sender.connection_ = &connection;
+  sender.zero_copy_ = zero_copy;
+  sender.memory_.resize(largest);
+  if (zero_copy) {
+    // kRemoteRead: a message above the slot goes by rendezvous, the peer
+    // READing it from here.
+    absl::StatusOr<MemoryRegion> region =
+        connection.context().RegisterMemory(sender.memory_, kRemoteRead);
+    if (!region.ok()) return region.status();
+    sender.region_ = *std::move(region);
+  }
+  return sender;
+}
+
+absl::Status MessageSender::Send(size_t size, Deadline deadline) {
+  if (zero_copy_) return connection_->SendFrom(region_, 0, size, deadline);
+  return connection_->Send(message(size), deadline);
+}
+
+absl::StatusOr<MessageReceiver> MessageReceiver::Create(Connection& connection,
+                                                        bool zero_copy,
+                                                        size_t largest) {
+  MessageReceiver receiver;
+  receiver.connection_ = &connection;
+  receiver.zero_copy_ = zero_copy;
+  receiver.memory_.resize(std::max<size_t>(largest, kControlMessageSize));
+  if (zero_copy) {
+    absl::StatusOr<MemoryRegion> region =
+        connection.context().RegisterMemory(receiver.memory_, kLocalWrite);
+    if (!region.ok()) return region.status();
+    receiver.region_ = *std::move(region);
+  }
+  return receiver;
+}
+
+absl::StatusOr<std::span<const std::byte>> MessageReceiver::Receive(
+    size_t expected, Deadline deadline) {
+  view_.Release();
+  if (zero_copy_ && expected <= connection_->max_message_size()) {
+    absl::StatusOr<ReceivedMessage> view =
+        connection_->ReceiveBorrowed(deadline);
+    if (!view.ok()) return view.status();
+    view_ = *std::move(view);
+    return view_.data();
+  }
+  absl::StatusOr<size_t> n =
+      zero_copy_
+          ? connection_->ReceiveInto(region_, 0, memory_.size(), deadline)
+          : connection_->Receive(memory_, deadline);
+  if (!n.ok()) return n.status();
+  return std::span<const std::byte>(memory_.data(), *n);
+}
+
+const char* PathName(uint64_t rendezvous, uint64_t total) {
+  if (rendezvous == 0) return "eager";
+  return rendezvous >= total ? "rndv" : "mixed";
 }
 
 double CycleClock::MicrosecondsPerTick() {
@@ -262,7 +360,7 @@ absl::StatusOr<std::vector<uint32_t>> Plan::Sizes(
   if (it == values.end()) {
     return absl::InvalidArgumentError(absl::StrCat("test plan: no ", key));
   }
-  return ParseSizeList(it->second, 1, kMaxSlotSize);
+  return ParseSizeList(it->second, 1, kMaxBenchMessageSize);
 }
 
 absl::Status ServerFinish(Connection& connection, std::span<std::byte> scratch,

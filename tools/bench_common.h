@@ -38,6 +38,8 @@
 #include "tools/backend_flags.h"
 #include "transport/connection.h"
 #include "transport/deadline.h"
+#include "transport/memory_region.h"
+#include "transport/received_message.h"
 
 namespace rdma_transport {
 
@@ -46,6 +48,15 @@ inline constexpr uint64_t kDeadlineRefresh = 256;
 
 // Control messages (plans, replies) must fit every slot.
 inline constexpr uint32_t kControlMessageSize = 512;
+
+// The largest --sizes entry: a message above the slot goes by rendezvous.
+inline constexpr uint32_t kMaxBenchMessageSize = 64u << 20;  // 64 MiB
+// --slot_bytes=0 (auto): the largest size, within [kControlMessageSize,
+// kAutoSlotCap]; larger sizes go by rendezvous.
+inline constexpr uint32_t kAutoSlotCap = 64u << 10;  // 64 KiB
+// Counts (--iterations, --warmup) not given on the command line shrink above
+// this size, so that a size moves about as many bytes as this one does.
+inline constexpr uint32_t kScaleCountsAbove = 64u << 10;
 
 enum class BenchMode { kSelf, kServer, kClient };
 
@@ -70,6 +81,28 @@ struct SessionFlags {
   absl::StatusOr<BenchMode> Mode(const BackendFlags& backend) const;
   Clock::duration timeout() const { return std::chrono::seconds(timeout_s); }
 };
+
+// How messages move (--zero_copy, --slot_bytes), the same flags for both
+// tools. The server follows the client's plan for zero_copy and refuses a
+// plan whose slot_bytes exceeds its own slot.
+struct MessageFlags {
+  bool zero_copy = false;
+  int64_t slot_bytes = 0;  // 0: AutoSlotBytes(largest size)
+
+  // The values of --zero_copy and --slot_bytes (after ParseToolCommandLine).
+  static MessageFlags FromCommandLine();
+  // kInvalidArgument naming --slot_bytes unless 0 or in
+  // kControlMessageSize..kMaxSlotSize.
+  absl::Status Check() const;
+  // The slot (ConnectionOptions::max_message_size) for `largest`: --slot_bytes
+  // when given, else `largest` within [kControlMessageSize, kAutoSlotCap].
+  uint32_t Slot(uint32_t largest) const;
+};
+
+// A count for `size`: `base` unless `scale` (the flag was not given: its
+// default) and size > kScaleCountsAbove, then base * kScaleCountsAbove / size,
+// at least `floor`. Client and server compute it alike from the plan.
+uint64_t CountFor(uint64_t base, bool scale, uint32_t size, uint64_t floor);
 
 struct BenchRoles {
   std::function<absl::Status(Connection&)> client;
@@ -141,6 +174,61 @@ inline bool HasStamp(std::span<const std::byte> message, uint64_t value) {
 inline uint64_t StampValue(uint32_t size, uint64_t index) {
   return (uint64_t{size} << 40) ^ (index + 1) ^ 0x5254445000000000ull;
 }
+
+// --- Moving messages: copying, or zero copy (--zero_copy) ---
+//
+// Copying: Send(span) and Receive(span) of plain memory; a message above the
+// slot goes by rendezvous, the transport registering the buffer for each
+// message. Zero copy: SendFrom() a region registered once (kRemoteRead, so
+// that a message above the slot can go by rendezvous); ReceiveBorrowed() for
+// a message that fits a slot (the view released at the next Receive() or
+// Release()) and ReceiveInto() a region registered once (kLocalWrite) for a
+// larger one. Memory for the largest size is allocated (and registered)
+// once, in Create(), before any timing. Movable; used by one thread.
+
+class MessageSender {
+ public:
+  // Room for `largest` bytes on `connection`, which must outlive it.
+  static absl::StatusOr<MessageSender> Create(Connection& connection,
+                                              bool zero_copy, size_t largest);
+  // The first `size` bytes, to fill and stamp before Send().
+  std::span<std::byte> message(size_t size) { return {memory_.data(), size}; }
+  // Sends the first `size` bytes: Send() or SendFrom().
+  absl::Status Send(size_t size, Deadline deadline);
+
+ private:
+  Connection* connection_ = nullptr;
+  bool zero_copy_ = false;
+  std::vector<std::byte> memory_;
+  MemoryRegion region_;  // zero copy only
+};
+
+class MessageReceiver {
+ public:
+  // Room for max(largest, kControlMessageSize) bytes (an "ERR ..." text
+  // fits wherever a message was expected).
+  static absl::StatusOr<MessageReceiver> Create(Connection& connection,
+                                                bool zero_copy, size_t largest);
+  // Releases the last view, then receives the next message; `expected`, its
+  // length if all is well, picks the zero-copy call: ReceiveBorrowed() when
+  // it fits connection.max_message_size(), else ReceiveInto(). The bytes
+  // stay valid until Release() or the next Receive().
+  absl::StatusOr<std::span<const std::byte>> Receive(size_t expected,
+                                                     Deadline deadline);
+  // Gives a borrowed slot (and its credit) back; no-op otherwise.
+  void Release() { view_.Release(); }
+
+ private:
+  Connection* connection_ = nullptr;
+  bool zero_copy_ = false;
+  std::vector<std::byte> memory_;
+  MemoryRegion region_;  // zero copy only
+  ReceivedMessage view_;
+};
+
+// "eager", "rndv" or "mixed": how `total` messages went, `rendezvous` of
+// them by rendezvous (a ConnectionStats::rendezvous_sent/received delta).
+const char* PathName(uint64_t rendezvous, uint64_t total);
 
 // --- Text control messages ---
 

@@ -1,4 +1,4 @@
-# Sourced by the tools' shell tests (flags_test.sh, rdma_devices_test.sh):
+# Sourced by the tools' shell tests (flags_test.sh, zero_copy_test.sh, ...):
 # one check per call, a summary at the end.
 #
 #   source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/cli_expect.sh"
@@ -8,13 +8,16 @@
 failures=0
 
 # expect NAME WANT_RC PATTERN -- COMMAND...: COMMAND exits WANT_RC ("nonzero"
-# for any failure) and prints PATTERN (grep -E) on stdout or stderr.
+# for any failure) and prints PATTERN (grep -E) on stdout or stderr. Its
+# output stays in $last_output for expect_line.
+last_output=""
 expect() {
   local name=$1 want=$2 pattern=$3
   shift 4
   local out rc
   out=$("$@" 2>&1)
   rc=$?
+  last_output=$out
   if [[ "$want" == nonzero && $rc -eq 0 ]] ||
     [[ "$want" != nonzero && $rc -ne $want ]]; then
     echo "FAIL $name: exit $rc, want $want; output:"
@@ -26,6 +29,19 @@ expect() {
     failures=$((failures + 1))
   else
     echo "ok   $name"
+  fi
+}
+
+# expect_line NAME PATTERN: the last expect()'s output has PATTERN (grep -E)
+# too, without running its command again.
+expect_line() {
+  local name=$1 pattern=$2
+  if grep -qE -- "$pattern" <<<"$last_output"; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name: no /$pattern/ in:"
+    echo "$last_output" | head -30
+    failures=$((failures + 1))
   fi
 }
 

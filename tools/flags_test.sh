@@ -12,7 +12,11 @@ for flag in backend device peer_device profile gid_index inline tc progress \
     server listen connect self timeout token csv json sizes iterations warmup; do
   expect "pingpong --help lists --$flag" nonzero "--$flag " -- "$pingpong" --help
 done
-for flag in op window batch ops_per_write write_mode write_window peer_device; do
+for flag in zero_copy slot_bytes; do
+  expect "pingpong --help lists --$flag" nonzero "--$flag " -- "$pingpong" --help
+done
+for flag in op window batch ops_per_write write_mode write_window peer_device \
+    zero_copy slot_bytes; do
   expect "bw --help lists --$flag" nonzero "--$flag " -- "$bw" --help
 done
 expect "unknown flag" nonzero "Unknown command line flag 'bogus'" -- "$bw" --bogus
@@ -22,7 +26,15 @@ expect "not an integer" nonzero "Illegal value 'x' specified for flag 'window'" 
   -- "$bw" --window=x
 expect "out of range" 2 "--window must be in 2..4096" -- "$bw" --window=1
 expect "positional argument" 2 'unexpected argument "stray"' -- "$bw" stray
-expect "bad size list" 2 'message size "0"' -- "$pingpong" --sizes=8,0
+expect "bad size list" 2 '--sizes: message size "0"' -- "$pingpong" --sizes=8,0
+expect "size above 64 MiB" 2 '--sizes: message size "67108865" .* in 1..67108864' \
+  -- "$bw" --sizes=8,67108865
+expect "slot too small" 2 "--slot_bytes=100: want 0 \(auto\) or 512..16777216" \
+  -- "$pingpong" --slot_bytes=100
+expect "slot too large" 2 "--slot_bytes=16777217: want 0 \(auto\) or 512..16777216" \
+  -- "$bw" --slot_bytes=16777217
+expect "zero copy is a bool" nonzero "Illegal value 'yes please' specified for flag 'zero_copy'" \
+  -- "$bw" "--zero_copy=yes please"
 expect "bad backend" 2 "--backend=tcp: want sim or ibverbs" -- "$pingpong" --backend=tcp
 expect "bad gid index" nonzero "--gid_index=two: not an integer" -- "$pingpong" --gid_index=two
 expect "two modes" 2 "choose one of --server" -- "$bw" --self --server

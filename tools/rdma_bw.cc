@@ -6,9 +6,38 @@
 //
 //   rdma_bw --self                                          # sim, one process
 //   rdma_bw --self --virtual_time --sizes=65536             # sim, virtual time
+//   rdma_bw --self --op=send --zero_copy --sizes=8,4096,1048576,67108864
 //   rdma_bw --backend=ibverbs --device=mlx5_1 --server --sizes=65536
 //   rdma_bw --backend=ibverbs --device=mlx5_0 --connect=10.0.0.2:18515
-//   --sizes=65536
+//       --sizes=65536                                   # (one line)
+//
+// Sizes (--sizes): 1 B..64 MiB. A SEND that fits the receive slot
+// (--slot_bytes; by default the largest size, within 512 B..64 KiB, or only
+// control messages with --op=write) goes eagerly, a larger one by
+// rendezvous (the receiver READs it, and the sender's call returns when it
+// has: one such message in flight at a time). Each SEND row ends with its
+// path - eager, rndv or mixed - from the client's
+// ConnectionStats::rendezvous_sent over the size's messages. The server's
+// slot must be at least the client's: it refuses the plan otherwise, naming
+// the --slot_bytes to start it with.
+//
+// --zero_copy (SEND): the client sends by SendFrom() from a region
+// registered once (kRemoteRead), the server receives by ReceiveBorrowed()
+// when a message fits a slot (the view released once checked) or
+// ReceiveInto() a region registered once (kLocalWrite) when larger
+// (tools/bench_common.h, MessageSender and MessageReceiver); without it by
+// the copying Send() and Receive(). The server does as the client's plan
+// says. SendFrom() returns when the NIC is done with the memory, so an
+// eager message that does not go inline is in flight alone: --window bounds
+// the copying Send() only. WRITE is zero copy either way. Memory for the
+// largest size is allocated and registered before any timing.
+//
+// Counts: --iterations (5000) and --warmup (500) per size. Not given on the
+// command line, they shrink above 64 KiB, to move as many bytes as 64 KiB does
+// (at least 10 and 1: a 64 MiB size sends 11 messages); given, they hold
+// for every size. The WRITE ring holds at most 256 MiB: a size whose ring
+// of --write_window (--ops_per_write) slots would be larger has fewer (a
+// 64 MiB size 4), and its row's "window" in the CSV says how many.
 //
 // Window: SEND keeps up to --window messages in flight (the transport's
 // send_slots and recv_slots, i.e. the credits). WRITE, --write_mode=window
@@ -58,9 +87,14 @@
 
 ABSL_FLAG(std::string, op, "both", "send | write | both");
 ABSL_FLAG(std::string, sizes, "64,1024,4096,65536",
-          "message sizes in bytes, a list");
-ABSL_FLAG(int64_t, iterations, 5000, "timed messages per size (perftest -n)");
-ABSL_FLAG(int64_t, warmup, 500, "untimed messages before them, per size");
+          "message sizes in bytes, a list (1..67108864; SENDs above the slot "
+          "go by rendezvous)");
+ABSL_FLAG(int64_t, iterations, 5000,
+          "timed messages per size (perftest -n); unless given, fewer above "
+          "64 KiB (at least 10)");
+ABSL_FLAG(int64_t, warmup, 500,
+          "untimed messages before them, per size; unless given, fewer "
+          "above 64 KiB (at least 1)");
 ABSL_FLAG(int64_t, window, 128,
           "SEND: messages in flight (send_slots and recv_slots)");
 ABSL_FLAG(int64_t, batch, 32,
@@ -87,6 +121,26 @@ namespace rdma_transport {
 namespace {
 
 constexpr int kSlices = 10;
+// The fewest messages a size scaled down (CountFor) sends.
+constexpr uint64_t kMinIterations = kSlices;
+constexpr uint64_t kMinWarmup = 1;
+// The most bytes of one side's WRITE ring.
+constexpr uint64_t kWriteRingBytes = uint64_t{256} << 20;
+
+// The WRITE ring of a size: `ring` slots, fewer where they would hold more
+// than kWriteRingBytes, at least one. Client and server compute it alike.
+uint64_t WriteRing(uint64_t ring, uint32_t size) {
+  return std::clamp<uint64_t>(kWriteRingBytes / size, 1, ring);
+}
+
+// The bytes of a WRITE ring for every size of `sizes`.
+uint64_t WriteRingBytes(uint64_t ring, const std::vector<uint32_t>& sizes) {
+  uint64_t bytes = 0;
+  for (uint32_t size : sizes) {
+    bytes = std::max(bytes, WriteRing(ring, size) * size);
+  }
+  return bytes;
+}
 
 // The values of the flags above (after ParseToolCommandLine).
 struct BwFlags {
@@ -101,6 +155,18 @@ struct BwFlags {
   int64_t write_window = 0;
   int64_t rdma_in_flight = 0;
   bool virtual_time = false;
+  // Not given on the command line: scaled down by size (CountFor).
+  bool scale_iterations = false;
+  bool scale_warmup = false;
+  MessageFlags messages;
+  uint32_t slot = 0;  // ConnectionOptions::max_message_size
+
+  uint64_t Iterations(uint32_t size) const {
+    return CountFor(iterations, scale_iterations, size, kMinIterations);
+  }
+  uint64_t Warmup(uint32_t size) const {
+    return CountFor(warmup, scale_warmup, size, kMinWarmup);
+  }
 
   bool windowed() const { return write_mode == "window"; }
   // Slots of the WRITE ring: op k writes slot k mod this.
@@ -119,6 +185,9 @@ struct BwFlags {
     bw.write_window = absl::GetFlag(FLAGS_write_window);
     bw.rdma_in_flight = absl::GetFlag(FLAGS_rdma_in_flight);
     bw.virtual_time = absl::GetFlag(FLAGS_virtual_time);
+    bw.scale_iterations = !FlagOnCommandLine("iterations");
+    bw.scale_warmup = !FlagOnCommandLine("warmup");
+    bw.messages = MessageFlags::FromCommandLine();
     return bw;
   }
 };
@@ -217,16 +286,17 @@ Deadline SessionDeadline(const Connection& connection,
   return connection.env().DeadlineIn(session.timeout());
 }
 
-std::string Header(const std::string& op) {
+// `path`: a column for how SENDs went (eager or rndv).
+std::string Header(const std::string& op, bool path) {
   return absl::StrFormat(
       "---------------------------------------------------------------------"
       "-----------------\n"
       "                    %s BW Test (rdma_transport)\n"
       "---------------------------------------------------------------------"
       "-----------------\n"
-      " %-7s %-12s %-17s %-20s %-14s",
+      " %-7s %-12s %-17s %-20s %-14s%s",
       op, "#bytes", "#iterations", "BW peak[Gb/sec]", "BW average[Gb/sec]",
-      "MsgRate[Mpps]");
+      "MsgRate[Mpps]", path ? " path" : "");
 }
 
 class BwClient {
@@ -264,17 +334,27 @@ class BwClient {
             : absl::StrCat(flags_.ops_per_write,
                            " ops per Write() in chains of ", flags_.batch)
                   .c_str());
+    std::printf(
+        " messages         : SEND %s; slot %u B, %s\n",
+        flags_.messages.zero_copy
+            ? "zero copy (SendFrom; ReceiveBorrowed, ReceiveInto above the "
+              "slot)"
+            : "copied (Send, Receive)",
+        connection_.max_message_size(),
+        connection_.path().rendezvous ? "larger ones by rendezvous"
+                                      : "rendezvous off");
     if (flags_.op != "write") {
-      if (largest > connection_.max_message_size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "size ", largest, " exceeds the connection's message size ",
+      if (largest > connection_.max_message_size() &&
+          !connection_.path().rendezvous) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "size ", largest, " exceeds the connection's slot of ",
             connection_.max_message_size(),
-            " (the server's --sizes must include the largest size)"));
+            " B and rendezvous is off (the peer did not offer it)"));
       }
       if (absl::Status status = RunSend(); !status.ok()) return status;
     }
     if (flags_.op != "send") {
-      if (absl::Status status = RunWrite(largest); !status.ok()) return status;
+      if (absl::Status status = RunWrite(); !status.ok()) return status;
     }
     return ClientFinish(connection_, scratch_, Soon());
   }
@@ -292,6 +372,10 @@ class BwClient {
     plan.values["iterations"] = absl::StrCat(flags_.iterations);
     plan.values["warmup"] = absl::StrCat(flags_.warmup);
     plan.values["ring"] = absl::StrCat(flags_.ring());
+    plan.values["scale_iterations"] = flags_.scale_iterations ? "1" : "0";
+    plan.values["scale_warmup"] = flags_.scale_warmup ? "1" : "0";
+    plan.values["zero_copy"] = flags_.messages.zero_copy ? "1" : "0";
+    plan.values["slot_bytes"] = absl::StrCat(flags_.slot);
     if (absl::Status status = SendText(connection_, plan.Encode(), Soon());
         !status.ok()) {
       return status;
@@ -307,17 +391,22 @@ class BwClient {
     return absl::OkStatus();
   }
 
+  // `path`: how the SENDs went (PathName), empty for WRITE; `window`: the
+  // messages or operations in flight at most.
   void Print(const std::string& op, uint32_t size, uint64_t count,
-             const BwResult& r) {
+             const BwResult& r, const std::string& path, uint64_t window,
+             uint64_t rendezvous_sent) {
     // In virtual time, the average against the simulated link's rate.
     const std::string of_link =
         link_gbps_ > 0
             ? absl::StrFormat("   %.1f%% of the %.0f Gb/s link",
                               100 * r.average_gbps / link_gbps_, link_gbps_)
             : "";
-    std::printf(" %-7u %-12llu %-17.2f %-20.2f %-14.6f%s\n", size,
+    std::printf(" %-7u %-12llu %-17.2f %-20.2f %-14.6f%s%s\n", size,
                 static_cast<unsigned long long>(count), r.peak_gbps,
-                r.average_gbps, r.mpps, of_link.c_str());
+                r.average_gbps, r.mpps,
+                path.empty() ? "" : absl::StrCat(" ", path).c_str(),
+                of_link.c_str());
     std::fflush(stdout);
     report_.AddRow()
         .Add("tool", "rdma_bw")
@@ -330,18 +419,22 @@ class BwClient {
         .Add("bw_peak_gbps", r.peak_gbps)
         .Add("bw_average_gbps", r.average_gbps)
         .Add("msg_rate_mpps", r.mpps)
-        .Add("window",
-             static_cast<uint64_t>(op == "send"        ? flags_.window
-                                   : flags_.windowed() ? flags_.write_window
-                                                       : flags_.batch))
-        .Add("ops_per_write", static_cast<uint64_t>(flags_.ops_per_write))
+        .Add("window", window)
+        .Add("ops_per_write", op == "write" && !flags_.windowed()
+                                  ? window
+                                  : static_cast<uint64_t>(flags_.ops_per_write))
         .Add("write_mode", op == "send" ? std::string("-") : flags_.write_mode)
         .Add("rdma_in_flight", static_cast<uint64_t>(flags_.rdma_in_flight))
         .Add("inline_mode", backend_flags_.inline_mode)
         .Add("usable_inline", connection_.usable_inline())
         .Add("progress", backend_flags_.progress)
         .Add("virtual_time", link_gbps_ > 0)
-        .Add("link_gbps", link_gbps_);
+        .Add("link_gbps", link_gbps_)
+        .Add("zero_copy",
+             op == "send" ? (flags_.messages.zero_copy ? "yes" : "no") : "-")
+        .Add("slot_bytes", connection_.max_message_size())
+        .Add("rendezvous_sent", rendezvous_sent)
+        .Add("path", path.empty() ? std::string("-") : path);
   }
 
   absl::Status RunSend() {
@@ -349,20 +442,26 @@ class BwClient {
     if (absl::Status status = StartPlan("send", &reply); !status.ok()) {
       return status;
     }
-    std::printf("%s\n", Header("Send").c_str());
     const uint32_t largest = *std::max_element(sizes_.begin(), sizes_.end());
-    std::vector<std::byte> message(largest);
-    for (size_t i = 0; i < message.size(); ++i) {
-      message[i] = static_cast<std::byte>(i * 13 + 5);
+    // Memory for the largest size, allocated and registered before timing.
+    absl::StatusOr<MessageSender> sender =
+        MessageSender::Create(connection_, flags_.messages.zero_copy, largest);
+    if (!sender.ok()) return sender.status();
+    std::span<std::byte> pattern = sender->message(largest);
+    for (size_t i = 0; i < pattern.size(); ++i) {
+      pattern[i] = static_cast<std::byte>(i * 13 + 5);
     }
-    const uint64_t count = flags_.iterations;
+    std::printf("%s\n", Header("Send", /*path=*/true).c_str());
     Marks marks(connection_.env());
     for (uint32_t size : sizes_) {
-      std::span<std::byte> m(message.data(), size);
+      const uint64_t count = flags_.Iterations(size);
+      const uint64_t warmup = flags_.Warmup(size);
+      const uint64_t rendezvous_before = connection_.stats().rendezvous_sent;
+      std::span<std::byte> m = sender->message(size);
       // Warm-up, acknowledged, then the timed stream.
-      for (uint64_t i = 0; i < static_cast<uint64_t>(flags_.warmup); ++i) {
+      for (uint64_t i = 0; i < warmup; ++i) {
         Stamp(m, StampValue(size, i | (1ull << 32)));
-        if (absl::Status status = connection_.Send(m, Soon()); !status.ok()) {
+        if (absl::Status status = sender->Send(size, Soon()); !status.ok()) {
           return status;
         }
       }
@@ -378,7 +477,7 @@ class BwClient {
         if (i % kDeadlineRefresh == 0) {
           deadline = Soon();
         }
-        if (absl::Status status = connection_.Send(m, deadline); !status.ok()) {
+        if (absl::Status status = sender->Send(size, deadline); !status.ok()) {
           return status;
         }
         marks.Progress(i + 1);
@@ -389,12 +488,16 @@ class BwClient {
         return status;
       }
       marks.Finish();
-      Print("send", size, count, marks.Compute(size));
+      const uint64_t rendezvous_sent =
+          connection_.stats().rendezvous_sent - rendezvous_before;
+      Print("send", size, count, marks.Compute(size),
+            PathName(rendezvous_sent, warmup + count),
+            static_cast<uint64_t>(flags_.window), rendezvous_sent);
     }
     return absl::OkStatus();
   }
 
-  absl::Status RunWrite(uint32_t largest) {
+  absl::Status RunWrite() {
     std::string reply;
     if (absl::Status status = StartPlan("write", &reply); !status.ok()) {
       return status;
@@ -414,19 +517,21 @@ class BwClient {
         std::span<const std::byte, RemoteRegion::kEncodedSize>(
             reinterpret_cast<const std::byte*>(encoded.data()),
             RemoteRegion::kEncodedSize));
-    const size_t ring = static_cast<size_t>(flags_.ring());
-    std::vector<std::byte> local(ring * largest);
+    // Each size's ring (WriteRing) from the start of one buffer.
+    const size_t flag_ring = static_cast<size_t>(flags_.ring());
+    std::vector<std::byte> local(WriteRingBytes(flag_ring, sizes_));
     for (size_t i = 0; i < local.size(); ++i) {
       local[i] = static_cast<std::byte>(i * 11 + 3);
     }
     absl::StatusOr<MemoryRegion> region =
         connection_.context().RegisterMemory(local, kLocalOnly);
     if (!region.ok()) return region.status();
-    std::printf("%s\n", Header("RDMA Write").c_str());
+    std::printf("%s\n", Header("RDMA Write", /*path=*/false).c_str());
 
-    std::vector<RdmaOp> ops(ring);
+    std::vector<RdmaOp> ops(flag_ring);
     Marks marks(connection_.env());
     for (uint32_t size : sizes_) {
+      const size_t ring = WriteRing(flag_ring, size);
       // ops[j] writes local slot j to remote slot j.
       for (size_t j = 0; j < ring; ++j) {
         ops[j] = RdmaOp{&*region, j * size, size, remote, j * uint64_t{size}};
@@ -434,8 +539,9 @@ class BwClient {
       auto write_range = [&](uint64_t first, uint64_t count,
                              uint64_t stamp_base, Marks* progress) {
         if (flags_.windowed()) {
-          return WriteWindowed({local.data(), ring * size}, ops, size, count,
-                               stamp_base, progress);
+          return WriteWindowed({local.data(), ring * size},
+                               std::span<const RdmaOp>(ops).first(ring), size,
+                               count, stamp_base, progress);
         }
         for (uint64_t done = 0; done < count;) {
           const size_t n = std::min<uint64_t>(ring, count - done);
@@ -453,11 +559,11 @@ class BwClient {
         return absl::OkStatus();
       };
       if (absl::Status status =
-              write_range(0, flags_.warmup, 1ull << 32, nullptr);
+              write_range(0, flags_.Warmup(size), 1ull << 32, nullptr);
           !status.ok()) {
         return status;
       }
-      const uint64_t count = flags_.iterations;
+      const uint64_t count = flags_.Iterations(size);
       marks.Start(count);
       if (absl::Status status = write_range(0, count, 0, &marks);
           !status.ok()) {
@@ -475,7 +581,9 @@ class BwClient {
           !status.ok()) {
         return status;
       }
-      Print("write", size, count, marks.Compute(size));
+      Print("write", size, count, marks.Compute(size), "",
+            flags_.windowed() ? ring : std::min<uint64_t>(ring, flags_.batch),
+            0);
     }
     return region->Release();
   }
@@ -559,38 +667,39 @@ absl::Status Refuse(Connection& connection, const absl::Status& problem,
   return problem;
 }
 
-absl::Status ServeSend(Connection& connection,
-                       const std::vector<uint32_t>& sizes, uint64_t warmup,
-                       uint64_t count, const SessionFlags& session) {
-  std::vector<std::byte> buffer(
-      std::max<size_t>(connection.max_message_size(), kControlMessageSize));
+// `counts`: the plan's iterations, warmup and scale_ flags (BwFlags::
+// Iterations(), Warmup()); `receiver`: memory for the largest size.
+absl::Status ServeSend(Connection& connection, MessageReceiver& receiver,
+                       const std::vector<uint32_t>& sizes,
+                       const BwFlags& counts, const SessionFlags& session) {
   for (uint32_t size : sizes) {
     for (int phase = 0; phase < 2; ++phase) {
-      const uint64_t n = phase == 0 ? warmup : count;
+      const uint64_t n =
+          phase == 0 ? counts.Warmup(size) : counts.Iterations(size);
       const uint64_t base = phase == 0 ? (1ull << 32) : 0;
       Deadline deadline = SessionDeadline(connection, session);
       for (uint64_t i = 0; i < n; ++i) {
         if (i % kDeadlineRefresh == 0)
           deadline = SessionDeadline(connection, session);
-        absl::StatusOr<size_t> got = connection.Receive(buffer, deadline);
+        absl::StatusOr<std::span<const std::byte>> got =
+            receiver.Receive(size, deadline);
         if (!got.ok()) return got.status();
-        if (*got != size ||
-            !HasStamp({buffer.data(), *got}, StampValue(size, base | i))) {
-          return Refuse(
-              connection,
-              absl::DataLossError(absl::StrFormat(
-                  "SEND size %u, %s message %u: %u bytes, %s stamp (starts %s, "
-                  "want %x)",
-                  size, phase == 0 ? "warm-up" : "timed", i, *got,
-                  HasStamp({buffer.data(), *got}, StampValue(size, base | i))
-                      ? "right"
-                      : "wrong",
-                  absl::BytesToHexString(absl::string_view(
-                      reinterpret_cast<const char*>(buffer.data()),
-                      std::min<size_t>(*got, 8))),
-                  StampValue(size, base | i))),
-              SessionDeadline(connection, session));
+        const bool stamped = HasStamp(*got, StampValue(size, base | i));
+        if (got->size() != size || !stamped) {
+          const std::string why = absl::StrFormat(
+              "SEND size %u, %s message %u: %u bytes, %s stamp (starts %s, "
+              "want %x)",
+              size, phase == 0 ? "warm-up" : "timed", i, got->size(),
+              stamped ? "right" : "wrong",
+              absl::BytesToHexString(
+                  absl::string_view(reinterpret_cast<const char*>(got->data()),
+                                    std::min<size_t>(got->size(), 8))),
+              StampValue(size, base | i));
+          receiver.Release();
+          return Refuse(connection, absl::DataLossError(why),
+                        SessionDeadline(connection, session));
         }
+        receiver.Release();
       }
       if (absl::Status status =
               SendText(connection, "ACK", SessionDeadline(connection, session));
@@ -605,8 +714,7 @@ absl::Status ServeSend(Connection& connection,
 absl::Status ServeWrite(Connection& connection,
                         const std::vector<uint32_t>& sizes, uint64_t ring,
                         const SessionFlags& session) {
-  const uint32_t largest = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<std::byte> target(ring * largest);
+  std::vector<std::byte> target(WriteRingBytes(ring, sizes));
   absl::StatusOr<MemoryRegion> region =
       connection.context().RegisterMemory(target, kRemoteWrite);
   if (!region.ok())
@@ -626,6 +734,7 @@ absl::Status ServeWrite(Connection& connection,
   }
   std::vector<std::byte> scratch(kControlMessageSize);
   for (uint32_t size : sizes) {
+    const uint64_t size_ring = WriteRing(ring, size);
     // The WRITEs of a size take as long as they take (at 0.1 Gb/s, as rxe
     // under TCG, 2000 of 64 KiB take 10 s): no deadline here. A client that
     // vanishes still ends the wait, through the transport's keepalive
@@ -643,8 +752,8 @@ absl::Status ServeWrite(Connection& connection,
                                                      ", got \"", *check, "\"")),
                     SessionDeadline(connection, session));
     }
-    for (uint64_t j = 0; j < ring && j < count; ++j) {
-      const uint64_t last = j + ring * ((count - 1 - j) / ring);
+    for (uint64_t j = 0; j < size_ring && j < count; ++j) {
+      const uint64_t last = j + size_ring * ((count - 1 - j) / size_ring);
       if (!HasStamp({target.data() + j * size, size}, StampValue(size, last))) {
         return Refuse(connection,
                       absl::DataLossError(absl::StrFormat(
@@ -662,8 +771,9 @@ absl::Status ServeWrite(Connection& connection,
   return region->Release();
 }
 
+// `slot`: this side's ConnectionOptions::max_message_size.
 absl::Status Server(Connection& connection, const SessionFlags& session,
-                    bool verbose) {
+                    uint32_t slot, bool verbose) {
   std::vector<std::byte> scratch(kControlMessageSize);
   while (true) {
     absl::StatusOr<std::string> text =
@@ -689,25 +799,37 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
     absl::StatusOr<int64_t> iterations = plan->Int("iterations");
     absl::StatusOr<int64_t> warmup = plan->Int("warmup");
     absl::StatusOr<int64_t> ring = plan->Int("ring");
+    absl::StatusOr<int64_t> scale_iterations = plan->Int("scale_iterations");
+    absl::StatusOr<int64_t> scale_warmup = plan->Int("scale_warmup");
+    absl::StatusOr<int64_t> zero_copy = plan->Int("zero_copy");
+    absl::StatusOr<int64_t> client_slot = plan->Int("slot_bytes");
     const std::string op = plan->values["op"];
     absl::Status problem =
-        plan->test != "bw" ? absl::InvalidArgumentError(absl::StrCat(
-                                 "this is rdma_bw, not ", plan->test))
-        : !sizes.ok()      ? sizes.status()
-        : !iterations.ok() ? iterations.status()
-        : !warmup.ok()     ? warmup.status()
-        : !ring.ok()       ? ring.status()
+        plan->test != "bw"       ? absl::InvalidArgumentError(absl::StrCat(
+                                       "this is rdma_bw, not ", plan->test))
+        : !sizes.ok()            ? sizes.status()
+        : !iterations.ok()       ? iterations.status()
+        : !warmup.ok()           ? warmup.status()
+        : !ring.ok()             ? ring.status()
+        : !scale_iterations.ok() ? scale_iterations.status()
+        : !scale_warmup.ok()     ? scale_warmup.status()
+        : !zero_copy.ok()        ? zero_copy.status()
+        : !client_slot.ok()      ? client_slot.status()
+        : *ring < 1 ? absl::InvalidArgumentError("test plan: ring < 1")
         : op != "send" && op != "write"
             ? absl::InvalidArgumentError(absl::StrCat("unknown op ", op))
             : absl::OkStatus();
     if (problem.ok() && op == "send") {
-      for (uint32_t size : *sizes) {
-        if (size > connection.max_message_size()) {
-          problem = absl::InvalidArgumentError(absl::StrCat(
-              "size ", size, " exceeds this server's message size ",
-              connection.max_message_size(),
-              "; start it with --sizes=", plan->values["sizes"]));
-        }
+      const uint32_t largest = *std::max_element(sizes->begin(), sizes->end());
+      if (*client_slot > slot) {
+        problem = absl::InvalidArgumentError(absl::StrCat(
+            "the client's slot is ", *client_slot, " B, this server's ", slot,
+            " B; start it with --slot_bytes=", *client_slot));
+      } else if (largest > connection.max_message_size() &&
+                 !connection.path().rendezvous) {
+        problem = absl::InvalidArgumentError(absl::StrCat(
+            "size ", largest, " exceeds this server's slot of ",
+            connection.max_message_size(), " B and rendezvous is off"));
       }
     }
     if (!problem.ok()) {
@@ -719,12 +841,25 @@ absl::Status Server(Connection& connection, const SessionFlags& session,
     }
     absl::Status served;
     if (op == "send") {
+      // Memory for the largest size, before the client starts timing.
+      absl::StatusOr<MessageReceiver> receiver = MessageReceiver::Create(
+          connection, *zero_copy != 0,
+          *std::max_element(sizes->begin(), sizes->end()));
+      if (!receiver.ok()) {
+        return Refuse(connection, receiver.status(),
+                      SessionDeadline(connection, session));
+      }
       if (absl::Status status =
               SendText(connection, "OK", SessionDeadline(connection, session));
           !status.ok()) {
         return status;
       }
-      served = ServeSend(connection, *sizes, *warmup, *iterations, session);
+      BwFlags counts;
+      counts.iterations = *iterations;
+      counts.warmup = *warmup;
+      counts.scale_iterations = *scale_iterations != 0;
+      counts.scale_warmup = *scale_warmup != 0;
+      served = ServeSend(connection, *receiver, *sizes, counts, session);
     } else {
       served = ServeWrite(connection, *sizes, *ring, session);
     }
@@ -743,12 +878,13 @@ int Main(int argc, char** argv) {
   }
   const BackendFlags backend_flags = BackendFlags::FromCommandLine();
   const SessionFlags session = SessionFlags::FromCommandLine();
-  const BwFlags bw = BwFlags::FromCommandLine();
+  BwFlags bw = BwFlags::FromCommandLine();
   absl::StatusOr<std::vector<uint32_t>> sizes =
-      ParseSizeList(bw.sizes, 1, kMaxSlotSize);
+      ParseSizeList(bw.sizes, 1, kMaxBenchMessageSize);
   absl::StatusOr<BenchMode> mode = session.Mode(backend_flags);
   absl::Status bad =
-      !sizes.ok()  ? sizes.status()
+      !sizes.ok() ? absl::InvalidArgumentError(
+                        absl::StrCat("--sizes: ", sizes.status().message()))
       : !mode.ok() ? mode.status()
       : bw.op != "send" && bw.op != "write" && bw.op != "both"
           ? absl::InvalidArgumentError("--op: want send, write or both")
@@ -767,7 +903,7 @@ int Main(int argc, char** argv) {
           ? absl::InvalidArgumentError("--write_window must be in 1..4096")
       : bw.rdma_in_flight < 0
           ? absl::InvalidArgumentError("--rdma_in_flight must be >= 0")
-          : absl::OkStatus();
+          : bw.messages.Check();
   if (!bad.ok()) {
     std::fprintf(stderr, "rdma_bw: %s\n", bad.ToString().c_str());
     return 2;
@@ -798,10 +934,13 @@ int Main(int argc, char** argv) {
   options.recv_slots = static_cast<uint32_t>(bw.window);
   options.max_rdma_batch = static_cast<uint32_t>(bw.batch);
   options.rdma_in_flight_bytes = static_cast<uint64_t>(bw.rdma_in_flight);
-  // WRITE needs only control messages; SEND needs the largest size.
+  // WRITE needs only control messages (unless --slot_bytes says otherwise);
+  // SEND the slot, larger messages going by rendezvous.
   const uint32_t largest = *std::max_element(sizes->begin(), sizes->end());
-  options.max_message_size =
-      std::max<uint32_t>(bw.op == "write" ? 0 : largest, kControlMessageSize);
+  bw.slot = bw.op == "write" && bw.messages.slot_bytes == 0
+                ? kControlMessageSize
+                : bw.messages.Slot(largest);
+  options.max_message_size = bw.slot;
 
   // The WRITE window runs on an engine of the client's own; SEND-only runs
   // keep the connection as it was.
@@ -842,7 +981,7 @@ int Main(int argc, char** argv) {
     return status;
   };
   roles.server = [&](Connection& connection) {
-    return Server(connection, session, *mode == BenchMode::kServer);
+    return Server(connection, session, bw.slot, *mode == BenchMode::kServer);
   };
   return RunBench("rdma_bw", *mode, **backend, session, options, roles);
 }

@@ -165,9 +165,12 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
     send_slot_seq_[slot] = seq + 1;
     if (++next_send_slot_ == send_slot_seq_.size()) next_send_slot_ = 0;
   }
+  // A rendezvous request counts as the message it stands for (below).
   ++stats_.messages_sent;
-  stats_.bytes_sent += size;
-  if (send_inline) ++stats_.inline_sends;
+  if (kind == ImmKind::kData) {
+    stats_.bytes_sent += size;
+    if (send_inline) ++stats_.inline_sends;
+  }
   return seq;
 }
 
@@ -184,9 +187,7 @@ absl::Status Connection::SendRendezvousLocked(
       SendEagerLocked(lock, request.data(), kRendezvousRequestBytes, nullptr,
                       deadline, ImmKind::kRendezvous);
   if (!posted.ok()) return posted.status();
-  // SendEagerLocked counted it as a data message of 20 bytes: it is the
-  // message of `length` bytes.
-  stats_.bytes_sent += length - kRendezvousRequestBytes;
+  stats_.bytes_sent += length;
   ++stats_.rendezvous_sent;
   const uint64_t ordinal = ++rendezvous_sent_;
   absl::Status read = WaitUntilLocked(

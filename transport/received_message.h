@@ -31,7 +31,9 @@ class Connection;
 class ReceivedMessage {
  public:
   ReceivedMessage() = default;
-  ReceivedMessage(ReceivedMessage&& other) noexcept { *this = std::move(other); }
+  ReceivedMessage(ReceivedMessage&& other) noexcept {
+    *this = std::move(other);
+  }
   ReceivedMessage& operator=(ReceivedMessage&& other) noexcept;
   ReceivedMessage(const ReceivedMessage&) = delete;
   ReceivedMessage& operator=(const ReceivedMessage&) = delete;

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# rdma_pingpong and rdma_bw on the simulator with --zero_copy and with sizes
+# above the receive slot (64 KiB by default), up to 64 MiB: every size is
+# checked end to end by the tools' stamps, each row says whether its size
+# went eagerly or by rendezvous, and the CSV's counters agree (rendezvous_sent
+# over the size's warm-up and measured messages).
+#
+#   tools/zero_copy_test.sh path/to/rdma_pingpong path/to/rdma_bw
+set -uo pipefail
+pingpong=${1:?usage: zero_copy_test.sh RDMA_PINGPONG RDMA_BW}
+bw=${2:?usage: zero_copy_test.sh RDMA_PINGPONG RDMA_BW}
+source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/cli_expect.sh"
+tmp=${TEST_TMPDIR:-/tmp}
+
+# csv_is NAME FILE OP BYTES FIELD WANT: the row of FILE for OP ("-": any) and
+# BYTES has FIELD = WANT (columns by the header's names).
+csv_is() {
+  local name=$1 file=$2 op=$3 bytes=$4 field=$5 want=$6 got
+  got=$(awk -F, -v op="$op" -v bytes="$bytes" -v field="$field" '
+    NR == 1 { for (i = 1; i <= NF; ++i) col[$i] = i; next }
+    (op == "-" || $col["op"] == op) && $col["bytes"] == bytes { print $col[field] }
+  ' "$file")
+  if [[ "$got" == "$want" ]]; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name: $field of $op $bytes B in $file is \"$got\", want \"$want\""
+    failures=$((failures + 1))
+  fi
+}
+
+# Latency, zero copy: 8 B inline and 4 KiB eagerly (borrowed slots), 1 MiB
+# by rendezvous into a registered region; default counts shrink above 64 KiB
+# (1000 * 64 KiB / 1 MiB = 62 measured, 6 warm-up).
+csv="$tmp/pingpong_zero_copy.csv"
+expect "pingpong --zero_copy" 0 "messages +: zero copy .*slot 65536 B, larger ones by rendezvous" -- \
+  "$pingpong" --self --zero_copy --sizes=8,4096,1048576 --csv="$csv"
+expect_line "pingpong --zero_copy 8 B inline, eager" "^ +8 +1000 .* yes +eager$"
+expect_line "pingpong --zero_copy 4 KiB eager" "^ +4096 +1000 .* no +eager$"
+expect_line "pingpong --zero_copy 1 MiB by rendezvous" "^ 1048576 +62 .* no +rndv$"
+csv_is "pingpong 1 MiB: rendezvous_sent" "$csv" - 1048576 rendezvous_sent 68
+csv_is "pingpong 1 MiB: rendezvous_received" "$csv" - 1048576 rendezvous_received 68
+csv_is "pingpong 4 KiB: rendezvous_sent" "$csv" - 4096 rendezvous_sent 0
+csv_is "pingpong zero_copy column" "$csv" - 4096 zero_copy yes
+
+# Copying, the same sizes: Send()/Receive() take 1 MiB too, by rendezvous;
+# counts given on the command line hold for every size.
+expect "pingpong copying" 0 "messages +: copied \(Send, Receive\)" -- \
+  "$pingpong" --self --sizes=8,1048576 --iterations=15 --warmup=2
+expect_line "pingpong copying 8 B eager" "^ +8 +15 .* yes +eager$"
+expect_line "pingpong copying 1 MiB by rendezvous, 15 iterations" "^ 1048576 +15 .* no +rndv$"
+
+# A smaller slot: 4 KiB goes by rendezvous.
+expect "pingpong --slot_bytes=1024" 0 "^ +4096 +20 .* rndv$" -- \
+  "$pingpong" --self --zero_copy --slot_bytes=1024 --sizes=512,4096 --iterations=20
+expect_line "pingpong --slot_bytes=1024: 512 B eager" "^ +512 +20 .* eager$"
+
+# 64 MiB, zero copy, default counts: 10 measured round trips.
+expect "pingpong 64 MiB" 0 "^67108864 +10 .* no +rndv$" -- \
+  "$pingpong" --self --zero_copy --sizes=67108864
+
+# Bandwidth, zero copy: the SEND rows say eager / rndv, the CSV counts
+# rendezvous (1 MiB: 312 timed + 31 warm-up), and WRITE runs beside them.
+csv="$tmp/bw_zero_copy.csv"
+expect "bw --zero_copy" 0 "messages +: SEND zero copy .*slot 65536 B" -- \
+  "$bw" --self --zero_copy --sizes=8,4096,1048576 --csv="$csv"
+expect_line "bw --zero_copy 8 B eager" "^ 8 +5000 .* eager$"
+expect_line "bw --zero_copy 4 KiB eager" "^ 4096 +5000 .* eager$"
+expect_line "bw --zero_copy 1 MiB by rendezvous" "^ 1048576 +312 .* rndv$"
+csv_is "bw 1 MiB SEND: rendezvous_sent" "$csv" send 1048576 rendezvous_sent 343
+csv_is "bw 4 KiB SEND: rendezvous_sent" "$csv" send 4096 rendezvous_sent 0
+csv_is "bw 1 MiB SEND: path" "$csv" send 1048576 path rndv
+csv_is "bw 1 MiB WRITE: path" "$csv" write 1048576 path -
+csv_is "bw 1 MiB WRITE: ring of 128" "$csv" write 1048576 window 128
+
+# Copying SEND above the slot, counts given.
+expect "bw copying 1 MiB" 0 "^ 1048576 +20 .* rndv$" -- \
+  "$bw" --self --op=send --sizes=1048576 --iterations=20 --warmup=2
+
+# 64 MiB SEND (zero copy) and WRITE: 10 each; the WRITE ring is 4 slots
+# (256 MiB at most).
+csv="$tmp/bw_64m.csv"
+expect "bw 64 MiB SEND" 0 "^ 67108864 +10 .* rndv$" -- \
+  "$bw" --self --zero_copy --sizes=67108864 --csv="$csv"
+csv_is "bw 64 MiB WRITE: ring of 4" "$csv" write 67108864 window 4
+csv_is "bw 64 MiB WRITE: 10 iterations" "$csv" write 67108864 iterations 10
+
+finish

@@ -137,20 +137,38 @@ uint64_t CountFor(uint64_t base, bool scale, uint32_t size, uint64_t floor) {
   return std::max(floor, base * kScaleCountsAbove / size);
 }
 
+namespace {
+
+// `size` bytes of `memory`, registered into `region` with `access` when
+// zero copy is on.
+absl::Status MakeMessageMemory(Connection& connection, bool zero_copy,
+                               size_t size, int access,
+                               std::vector<std::byte>& memory,
+                               MemoryRegion& region) {
+  memory.resize(size);
+  if (!zero_copy) return absl::OkStatus();
+  absl::StatusOr<MemoryRegion> registered =
+      connection.context().RegisterMemory(memory, access);
+  if (!registered.ok()) return registered.status();
+  region = *std::move(registered);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<MessageSender> MessageSender::Create(Connection& connection,
                                                     bool zero_copy,
                                                     size_t largest) {
   MessageSender sender;
   sender.connection_ = &connection;
   sender.zero_copy_ = zero_copy;
-  sender.memory_.resize(largest);
-  if (zero_copy) {
-    // kRemoteRead: a message above the slot goes by rendezvous, the peer
-    // READing it from here.
-    absl::StatusOr<MemoryRegion> region =
-        connection.context().RegisterMemory(sender.memory_, kRemoteRead);
-    if (!region.ok()) return region.status();
-    sender.region_ = *std::move(region);
+  // kRemoteRead: a message above the slot goes by rendezvous, the peer
+  // READing it from here.
+  if (absl::Status status =
+          MakeMessageMemory(connection, zero_copy, largest, kRemoteRead,
+                            sender.memory_, sender.region_);
+      !status.ok()) {
+    return status;
   }
   return sender;
 }
@@ -166,12 +184,11 @@ absl::StatusOr<MessageReceiver> MessageReceiver::Create(Connection& connection,
   MessageReceiver receiver;
   receiver.connection_ = &connection;
   receiver.zero_copy_ = zero_copy;
-  receiver.memory_.resize(std::max<size_t>(largest, kControlMessageSize));
-  if (zero_copy) {
-    absl::StatusOr<MemoryRegion> region =
-        connection.context().RegisterMemory(receiver.memory_, kLocalWrite);
-    if (!region.ok()) return region.status();
-    receiver.region_ = *std::move(region);
+  if (absl::Status status = MakeMessageMemory(
+          connection, zero_copy, std::max<size_t>(largest, kControlMessageSize),
+          kLocalWrite, receiver.memory_, receiver.region_);
+      !status.ok()) {
+    return status;
   }
   return receiver;
 }

@@ -56,6 +56,7 @@ ConnectionStats Connection::stats() const {
   std::unique_lock<std::mutex> lock = Enter();
   ConnectionStats stats = stats_;
   stats.send_credits = send_credits_.available();
+  stats.rendezvous_sent = rendezvous_sent_;
   stats.watchdog_armed = watchdog_armed_;
   return stats;
 }

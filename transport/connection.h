@@ -455,6 +455,15 @@ class Connection final : private AsyncEventListener {
   absl::StatusOr<size_t> ReadRendezvousLocked(
       std::unique_lock<std::mutex>& lock, const ReceiveTarget& target,
       const RemoteRegion& request, uint32_t slot);
+  // Takes the head of arrived_ off the queue.
+  void PopArrivalLocked();
+  // kInvalidArgument for a `size`-byte message larger than the peer's slot
+  // when rendezvous is off, saying why it is off.
+  absl::Status TooLargeError(size_t size) const;
+  // `region` is registered and holds [offset, offset + length): the checks
+  // of SendFrom()/ReceiveInto() (`call`), kInvalidArgument / kOutOfRange.
+  absl::Status CheckCallerRange(const MemoryRegion& region, size_t offset,
+                                size_t length, const char* call) const;
   // The immediate of a message of `kind` carrying what is owed to the peer:
   // credits and finished rendezvous reads.
   uint32_t TakeImmLocked(ImmKind kind);
@@ -536,11 +545,11 @@ class Connection final : private AsyncEventListener {
   OwedCredits owed_credits_;
   // Own-ring slots Receive() emptied, posted before their credits go out.
   ReceiveReposts reposts_;
-  // Rendezvous: requests this side sent, and how many the peer has
-  // reported finished; the peer's requests this side has read and not yet
-  // reported. A finished count received in a credit message makes the
-  // credit of its slot due at once (credit_due_): the peer may be down to
-  // the credits its reports need.
+  // Rendezvous: requests this side sent (stats().rendezvous_sent), and how
+  // many the peer has reported finished; the peer's requests this side has
+  // read and not yet reported. A finished count received in a credit message
+  // makes the credit of its slot due at once (credit_due_): the peer may be
+  // down to the credits its reports need.
   uint64_t rendezvous_sent_ = 0;
   uint64_t rendezvous_finished_ = 0;
   uint32_t finished_owed_ = 0;

@@ -82,9 +82,9 @@ absl::Status Connection::Close(Deadline deadline) {
 
 void Connection::ReturnHeldSlotsLocked() {
   if (srq_pool_ == nullptr) return;
-  for (; arrived_count_ > 0; --arrived_count_) {
+  while (arrived_count_ > 0) {
     (void)srq_pool_->Repost(arrived_[arrived_head_].slot);
-    if (++arrived_head_ == arrived_.size()) arrived_head_ = 0;
+    PopArrivalLocked();
   }
 }
 

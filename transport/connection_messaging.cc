@@ -70,6 +70,34 @@ absl::Status Connection::PostDeferredRepostsLocked() {
   return status;
 }
 
+absl::Status Connection::TooLargeError(size_t size) const {
+  return absl::InvalidArgumentError(absl::StrCat(
+      name_, ": message of ", size, " bytes exceeds the maximum message size ",
+      send_limit_, " (the peer's receive slot) and rendezvous is off (",
+      options_.rendezvous ? "the peer did not offer it"
+                          : "ConnectionOptions::rendezvous is false",
+      "); send larger payloads with Write()"));
+}
+
+absl::Status Connection::CheckCallerRange(const MemoryRegion& region,
+                                          size_t offset, size_t length,
+                                          const char* call) const {
+  if (!region.valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": ", call, "() without a memory region"));
+  }
+  if (absl::Status status = region.CheckRange(offset, length); !status.ok()) {
+    return absl::OutOfRangeError(
+        absl::StrCat(name_, ": ", call, "(): ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+void Connection::PopArrivalLocked() {
+  if (++arrived_head_ == arrived_.size()) arrived_head_ = 0;
+  --arrived_count_;
+}
+
 uint32_t Connection::TakeImmLocked(ImmKind kind) {
   const uint32_t finished = std::min(finished_owed_, kMaxFinishedPerImm);
   finished_owed_ -= finished;
@@ -199,7 +227,6 @@ absl::Status Connection::SendRendezvousLocked(
                       deadline, ImmKind::kRendezvous);
   if (!posted.ok()) return posted.status();
   stats_.bytes_sent += length;
-  ++stats_.rendezvous_sent;
   const uint64_t ordinal = ++rendezvous_sent_;
   absl::Status read = WaitUntilLocked(
       lock, deadline,
@@ -234,15 +261,7 @@ absl::Status Connection::Send(std::span<const std::byte> message,
                            nullptr, deadline)
         .status();
   }
-  if (!path_.rendezvous) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name_, ": message of ", size,
-        " bytes exceeds the maximum message size ", send_limit_,
-        " (the peer's receive slot) and rendezvous is off (",
-        options_.rendezvous ? "the peer did not offer it"
-                            : "ConnectionOptions::rendezvous is false",
-        "); send larger payloads with Write()"));
-  }
+  if (!path_.rendezvous) return TooLargeError(size);
   // The NIC only reads it: registered for remote reads alone.
   absl::StatusOr<MemoryRegion> registered = context_.RegisterMemory(
       {const_cast<std::byte*>(message.data()), size}, kRemoteRead);
@@ -259,30 +278,21 @@ absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
-  if (!region.valid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": SendFrom() without a memory region"));
-  }
-  if (absl::Status status = region.CheckRange(offset, length); !status.ok()) {
-    return absl::OutOfRangeError(
-        absl::StrCat(name_, ": SendFrom(): ", status.message()));
+  if (absl::Status status =
+          CheckCallerRange(region, offset, length, "SendFrom");
+      !status.ok()) {
+    return status;
   }
   if (length <= rendezvous_threshold_ || !path_.rendezvous) {
-    if (length > send_limit_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name_, ": message of ", length,
-                       " bytes exceeds the maximum message size ", send_limit_,
-                       " and rendezvous is off"));
-    }
-    const bool copy = length <= kSendFromCopyBytes;
+    if (length > send_limit_) return TooLargeError(length);
+    // By scatter/gather only when neither inline nor a copy goes first.
+    const bool gather =
+        length > kSendFromCopyBytes &&
+        !ShouldSendInline(static_cast<uint32_t>(length), inline_.usable_inline);
     absl::StatusOr<uint64_t> seq = SendEagerLocked(
         lock, region.data() + offset, static_cast<uint32_t>(length),
-        copy ? nullptr : &region, deadline);
-    if (!seq.ok()) return seq.status();
-    if (copy || ShouldSendInline(static_cast<uint32_t>(length),
-                                 inline_.usable_inline)) {
-      return absl::OkStatus();  // the CPU copied it while posting
-    }
+        gather ? &region : nullptr, deadline);
+    if (!seq.ok() || !gather) return seq.status();
     // Bounded by the QP's retry budget, as Write(): the NIC reads the
     // memory until the completion.
     return WaitForSeqLocked(lock, *seq, kNoDeadline);
@@ -331,8 +341,7 @@ absl::StatusOr<size_t> Connection::ReadRendezvousLocked(
         " bytes) came by rendezvous and is read into the region, which was "
         "registered without kLocalWrite; it stays queued"));
   }
-  if (++arrived_head_ == arrived_.size()) arrived_head_ = 0;
-  --arrived_count_;
+  PopArrivalLocked();
   if (!rendezvous_chain_ready_) {
     rendezvous_chain_.Reset(options_.max_rdma_batch, engine_slot_,
                             inline_.usable_inline);
@@ -366,39 +375,37 @@ absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
       const Arrival arrival = arrived_[arrived_head_];
       const uint32_t slot = arrival.slot;
       const uint32_t length = arrival.length;
+      // A rendezvous request stands for the message it names.
+      RemoteRegion request;
       if (arrival.rendezvous) [[unlikely]] {
-        absl::StatusOr<RemoteRegion> request =
+        absl::StatusOr<RemoteRegion> decoded =
             DecodeRendezvousRequest({RecvSlotLocked(slot), size_t{length}});
-        if (!request.ok()) {
+        if (!decoded.ok()) {
           FailLocked(absl::InternalError(absl::StrCat(
-              name_, ": protocol error: ", request.status().message())));
+              name_, ": protocol error: ", decoded.status().message())));
           return failure_;
         }
-        if (target.mode == Mode::kPeek) return size_t{request->length};
-        if (target.mode == Mode::kBorrow) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              name_, ": the next message (", request->length,
-              " bytes) came by rendezvous and has no slot to lend: receive "
-              "it with Receive() or ReceiveInto(); it stays queued"));
-        }
-        if (request->length > target.capacity) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(name_, ": the next message has ", request->length,
-                           " bytes but the buffer holds ", target.capacity,
-                           "; it stays queued"));
-        }
-        if (!failure_.ok()) return failure_;  // nothing left to read it with
-        return ReadRendezvousLocked(lock, target, *request, slot);
+        request = *decoded;
       }
-      if (target.mode == Mode::kPeek) return size_t{length};
-      if (target.mode == Mode::kCopy && length > target.capacity) {
+      const size_t size = arrival.rendezvous ? request.length : length;
+      if (target.mode == Mode::kPeek) return size;
+      if (target.mode == Mode::kBorrow && arrival.rendezvous) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            name_, ": the next message (", size,
+            " bytes) came by rendezvous and has no slot to lend: receive "
+            "it with Receive() or ReceiveInto(); it stays queued"));
+      }
+      if (target.mode == Mode::kCopy && size > target.capacity) {
         return absl::InvalidArgumentError(
-            absl::StrCat(name_, ": the next message has ", length,
+            absl::StrCat(name_, ": the next message has ", size,
                          " bytes but the buffer holds ", target.capacity,
                          "; it stays queued"));
       }
-      if (++arrived_head_ == arrived_.size()) arrived_head_ = 0;
-      --arrived_count_;
+      if (arrival.rendezvous) {
+        if (!failure_.ok()) return failure_;  // nothing left to read it with
+        return ReadRendezvousLocked(lock, target, request, slot);
+      }
+      PopArrivalLocked();
       ++stats_.messages_received;
       stats_.bytes_received += length;
       if (target.mode == Mode::kBorrow) {
@@ -438,13 +445,10 @@ absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,
 absl::StatusOr<size_t> Connection::ReceiveInto(const MemoryRegion& region,
                                                size_t offset, size_t capacity,
                                                Deadline deadline) {
-  if (!region.valid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, ": ReceiveInto() without a memory region"));
-  }
-  if (absl::Status status = region.CheckRange(offset, capacity); !status.ok()) {
-    return absl::OutOfRangeError(
-        absl::StrCat(name_, ": ReceiveInto(): ", status.message()));
+  if (absl::Status status =
+          CheckCallerRange(region, offset, capacity, "ReceiveInto");
+      !status.ok()) {
+    return status;
   }
   ReceiveTarget target;
   target.data = region.data() + offset;

@@ -48,12 +48,20 @@ run_step() {
   fi
 }
 
+# Bazel 7's disk cache (DOC_EXAMPLES_BZLMOD_DISK_CACHE, which ci/test_all.sh
+# points at ci/bazel_disk_cache.sh's directory; else one in the log folder):
+# bind-mounted into the chroot. Tests rerun whatever the cache holds.
+DISK_CACHE="${DOC_EXAMPLES_BZLMOD_DISK_CACHE:-${LOG_DIR}/disk_cache}"
+mkdir -p "${DISK_CACHE}"
+CACHE_FLAGS=(--disk_cache="${DISK_CACHE}" --nocache_test_results)
+
 in_chroot() { # DIR CMD...
-  "${CHROOT}" run "$@"
+  SID_CHROOT_BIND="${DISK_CACHE}" "${CHROOT}" run "$@"
 }
 
 step_root() {
-  in_chroot "${ROOT}" bazel test --config=bzlmod --config=werror //... || return 1
+  in_chroot "${ROOT}" bazel test --config=bzlmod --config=werror \
+    "${CACHE_FLAGS[@]}" //... || return 1
 }
 
 # The example's local_path_override names ../..: the whole checkout goes in.
@@ -63,7 +71,7 @@ in_example() {
 
 step_example() {
   local out
-  in_example bazel test //... || return 1
+  in_example bazel test "${CACHE_FLAGS[@]}" //... || return 1
   out="$(in_example bazel run //:hello_rdma)" || {
     echo "${out}"
     return 1

@@ -143,15 +143,22 @@ if [[ -z "${projects}" ]]; then
   exit 1
 fi
 
-CACHE="${DOC_EXAMPLES_DISK_CACHE:-${OUT}/.disk_cache}"
+# The Bazel 7 builds in the chroot keep a cache of their own (another
+# compiler: nothing to share); it is bind-mounted there.
+if [[ "${MODE}" == bzlmod ]]; then
+  CACHE="${DOC_EXAMPLES_BZLMOD_DISK_CACHE:-${OUT}/.disk_cache_bzlmod}"
+else
+  CACHE="${DOC_EXAMPLES_DISK_CACHE:-${OUT}/.disk_cache}"
+fi
+mkdir -p "${CACHE}"
 FAILED=()
 for project in ${projects}; do
   dir="${OUT}/${project}"
   log="${OUT}/${project}.log"
   echo "=== doc_examples: ${project} (${dir})"
   if [[ "${MODE}" == bzlmod ]]; then
-    SID_CHROOT_BIND="${ROOT}:${OUT}" "${ROOT}/ci/sid_chroot.sh" run "${dir}" \
-      bash -c 'bazel test --disk_cache="$1" //... && bazel shutdown' _ "${CACHE}" >"${log}" 2>&1
+    SID_CHROOT_BIND="${ROOT}:${OUT}:${CACHE}" "${ROOT}/ci/sid_chroot.sh" run "${dir}" \
+      bash -c 'bazel test --disk_cache="$1" --nocache_test_results //... && bazel shutdown' _ "${CACHE}" >"${log}" 2>&1
   else
     (cd "${dir}" && bazel test --disk_cache="${CACHE}" //... && bazel shutdown) >"${log}" 2>&1
   fi

@@ -24,8 +24,13 @@
 #                                        host core busy (ci/softroce/run_loaded_e2e.sh)
 #
 # BAZEL7_STAGE=0 or SOFTROCE_STAGE=0 skip those stages (for a quick local run).
+# Every Bazel build shares a disk cache under ci/cache_root.sh's directory
+# (ci/bazel_disk_cache.sh): a machine that ran CI before compiles only what
+# changed; every test still runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source ci/cache_root.sh
+source ci/bazel_disk_cache.sh
 
 stage() {
   local name=$1
@@ -47,6 +52,9 @@ threaded_targets=(
 )
 
 stage "install build dependencies" ci/install_deps.sh build
+use_bazel_disk_cache
+export DOC_EXAMPLES_DISK_CACHE=${DOC_EXAMPLES_DISK_CACHE:-$(bazel_disk_cache_dir)}
+export DOC_EXAMPLES_BZLMOD_DISK_CACHE=${DOC_EXAMPLES_BZLMOD_DISK_CACHE:-$(bazel7_disk_cache)}
 stage "lint (clang-format, buildifier)" ci/lint.sh
 stage "bazel test --config=werror //..." bazel test --config=werror //...
 # The swarm's CI budget (docs/testing.md): 10,000 seeds in opt mode. The

@@ -15,23 +15,14 @@
 
 namespace rdma_transport {
 
-std::unique_lock<std::mutex> Connection::Enter() const {
-  // Uncontended: one atomic operation, as a plain lock.
-  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-  if (lock.owns_lock()) [[likely]]
-    return lock;
-  entering_.fetch_add(1, std::memory_order_relaxed);
-  lock.lock();
-  entering_.fetch_sub(1, std::memory_order_relaxed);
-  return lock;
-}
-
 Connection::Connection(const Context& context, const ConnectionOptions& options,
                        std::string name)
     : verbs_(context.verbs()),
       env_(context.env()),
       engine_(options.engine),
       srq_pool_(options.engine != nullptr ? options.engine->pool() : nullptr),
+      event_mode_(options.engine == nullptr &&
+                  options.progress == ProgressMode::kEvent),
       owed_credits_(options.credit_batch != 0 ? options.credit_batch
                                               : options.recv_slots / 2),
       context_(context),
@@ -80,17 +71,6 @@ void Connection::FailLocked(absl::Status status) {
   if (!failure_.ok()) return;
   failure_ = std::move(status);
   NotifyLocked();
-}
-
-void Connection::NotifyLocked() {
-  // Both sides of cv_ hold mu_: no waiter counted means none to wake (and
-  // no cache line of cv_ read per dispatched completion).
-  if (cv_waiters_ > 0) cv_.notify_all();
-  // The same for the Env's waiters (an atomic operation on a shared line
-  // per call saved): a thread of this connection counts itself in
-  // env_waiters_ under mu_ before it waits, after its token. kEvent keeps
-  // notifying: a thread may wait on event_fd() through the Env.
-  if (env_waiters_ > 0 || ready_fd_ >= 0) env_.Notify();
 }
 
 absl::Status Connection::PeerClosedError() const {

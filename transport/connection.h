@@ -402,7 +402,7 @@ class Connection final : private AsyncEventListener {
   // After a failure: waits until the NIC is done with every posted work
   // request (flushed), destroying the QP if that takes over kFlushWait.
   void QuiesceLocked(std::unique_lock<std::mutex>& lock);
-  void NotifyLocked();
+  void NotifyLocked();  // inline, connection_internal.h
   // Moves last_activity_ to `now` if anything completed since last looked.
   void NoteActivityLocked(Deadline now);
   // Posts a keepalive probe when the connection has been idle long enough.
@@ -518,6 +518,7 @@ class Connection final : private AsyncEventListener {
   uint64_t MaxRdmaPieceLocked() const;
   // Takes mu_, counted in entering_ while waiting for it, so that a busy
   // poller holding it knows whether anybody wants it.
+  // (Inline, connection_internal.h.)
   std::unique_lock<std::mutex> Enter() const;
 
   // --- What every message touches, together at the front. With a thousand
@@ -532,6 +533,8 @@ class Connection final : private AsyncEventListener {
   // The engine's shared receive slots, when it has them: receives come
   // from there and recv_buffer_/recv_ring_ stay empty.
   SharedReceivePool* const srq_pool_;
+  // kEvent without an engine: LeaveLocked() has work (connection_internal.h).
+  const bool event_mode_;
   ibv_cq* cq_ = nullptr;
   mutable std::mutex mu_;
   mutable std::atomic<int> entering_{0};

@@ -153,13 +153,16 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
                 (!copy || send_slot_seq_[next_send_slot_] <= sq_.completed()));
       },
       "no send credit or slot");
-  if (absl::IsDeadlineExceeded(ready) && failure_.ok()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(ready.message(), " (", send_credits_.available(),
-                     " credits; the peer is not receiving)"));
+  if (!ready.ok()) [[unlikely]] {
+    if (absl::IsDeadlineExceeded(ready) && failure_.ok()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(ready.message(), " (", send_credits_.available(),
+                       " credits; the peer is not receiving)"));
+    }
+    return ready;
   }
-  if (!ready.ok()) return ready;
-  if (peer_closed_) return PeerClosedError();
+  if (peer_closed_) [[unlikely]]
+    return PeerClosedError();
 
   // The credits it carries include the receives still waiting to be posted.
   if (!reposts_.empty()) {
@@ -277,13 +280,15 @@ absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
                                   size_t length, Deadline deadline) {
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
-  if (absl::Status status = UsableLocked(); !status.ok()) return status;
-  if (absl::Status status =
-          CheckCallerRange(region, offset, length, "SendFrom");
-      !status.ok()) {
-    return status;
+  // The checks of UsableLocked() and CheckCallerRange() first as plain
+  // comparisons: a Status is made only for the error.
+  if (!failure_.ok() || closed_ || closing_ || !established_) [[unlikely]] {
+    return UsableLocked();
   }
-  if (length <= rendezvous_threshold_ || !path_.rendezvous) {
+  if (!region.Holds(offset, length)) [[unlikely]] {
+    return CheckCallerRange(region, offset, length, "SendFrom");
+  }
+  if (length <= rendezvous_threshold_ || !path_.rendezvous) [[likely]] {
     if (length > send_limit_) return TooLargeError(length);
     // By scatter/gather only when neither inline nor a copy goes first.
     const bool gather =
@@ -307,10 +312,13 @@ absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
 }
 
 void Connection::ReleaseBorrowed(uint32_t slot) {
+  // Not a call Close() waits for (no CallScope): it never lets go of mu_,
+  // and giving a slot back wakes nobody on this side.
   std::unique_lock<std::mutex> lock = Enter();
-  CallScope call(*this, lock);
   --stats_.views_held;
   RecycleSlotLocked(slot);
+  // kEvent: a failed repost makes the readiness fd readable.
+  if (event_mode_) LeaveLocked(lock);
 }
 
 absl::StatusOr<size_t> Connection::ReadRendezvousLocked(

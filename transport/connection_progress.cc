@@ -166,7 +166,10 @@ bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
   }
   if (*polled == 0) return false;
   for (int i = 0; i < *polled; ++i) HandleCompletionLocked(wcs[i]);
-  MaybeReturnCreditsLocked();
+  // Nothing owed (most polls): no call.
+  if (owed_credits_.owed() != 0 || finished_owed_ != 0) {
+    MaybeReturnCreditsLocked();
+  }
   // kEvent: a message this thread took off the CQ (while waiting in Send(),
   // say) is announced now, not when the thread leaves.
   if (ready_fd_ >= 0 && !ready_set_) UpdateReadinessLocked();

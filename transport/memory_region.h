@@ -81,6 +81,11 @@ class MemoryRegion {
 
   // Checks that [offset, offset + length) lies inside the region.
   absl::Status CheckRange(size_t offset, size_t length) const;
+  // CheckRange(offset, length).ok(), without making a Status.
+  bool Holds(size_t offset, size_t length) const {
+    return mr_ != nullptr && offset <= mr_->length &&
+           length <= mr_->length - offset;
+  }
 
   // Deregisters now; the status is the verbs call's.
   absl::Status Release();

@@ -10,18 +10,7 @@
 
 namespace rdma_transport {
 
-ReceivedMessage& ReceivedMessage::operator=(ReceivedMessage&& other) noexcept {
-  if (this != &other) {
-    Release();
-    connection_ = std::exchange(other.connection_, nullptr);
-    slot_ = other.slot_;
-    data_ = std::exchange(other.data_, {});
-  }
-  return *this;
-}
-
-void ReceivedMessage::Release() {
-  if (connection_ == nullptr) return;
+void ReceivedMessage::GiveBack() {
   Connection* connection = std::exchange(connection_, nullptr);
   data_ = {};
   connection->ReleaseBorrowed(slot_);

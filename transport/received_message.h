@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 
 namespace rdma_transport {
 
@@ -31,10 +32,19 @@ class Connection;
 class ReceivedMessage {
  public:
   ReceivedMessage() = default;
-  ReceivedMessage(ReceivedMessage&& other) noexcept {
-    *this = std::move(other);
+  ReceivedMessage(ReceivedMessage&& other) noexcept
+      : connection_(std::exchange(other.connection_, nullptr)),
+        slot_(other.slot_),
+        data_(std::exchange(other.data_, {})) {}
+  ReceivedMessage& operator=(ReceivedMessage&& other) noexcept {
+    if (this != &other) {
+      Release();
+      connection_ = std::exchange(other.connection_, nullptr);
+      slot_ = other.slot_;
+      data_ = std::exchange(other.data_, {});
+    }
+    return *this;
   }
-  ReceivedMessage& operator=(ReceivedMessage&& other) noexcept;
   ReceivedMessage(const ReceivedMessage&) = delete;
   ReceivedMessage& operator=(const ReceivedMessage&) = delete;
   ~ReceivedMessage() { Release(); }
@@ -46,13 +56,17 @@ class ReceivedMessage {
 
   // Gives the slot back to the connection (reposted; its credit returns to
   // the peer). Idempotent; data() is empty afterwards.
-  void Release();
+  void Release() {
+    if (connection_ != nullptr) GiveBack();
+  }
 
  private:
   friend class Connection;
   ReceivedMessage(Connection* connection, uint32_t slot,
                   std::span<const std::byte> data)
       : connection_(connection), slot_(slot), data_(data) {}
+
+  void GiveBack();  // Release() of a held view
 
   Connection* connection_ = nullptr;
   uint32_t slot_ = 0;

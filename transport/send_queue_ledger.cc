@@ -10,6 +10,7 @@ void SendQueueLedger::Reset(uint32_t depth, uint32_t signal_interval) {
   depth_ = depth;
   signal_interval_ = std::max<uint32_t>(signal_interval, 1);
   posted_ = 0;
+  posted_slot_ = 0;
   completed_ = 0;
   unsignaled_run_ = 0;
   signaled_end_ = 0;
@@ -19,6 +20,7 @@ void SendQueueLedger::Reset(uint32_t depth, uint32_t signal_interval) {
 
 void SendQueueLedger::Stamp(ibv_send_wr* first, uint32_t count) {
   ibv_send_wr* wr = first;
+  uint32_t slot = posted_slot_;
   for (uint32_t i = 0; i < count; ++i, wr = wr->next) {
     const uint64_t seq = posted_ + i;
     wr->wr_id = WithWrIdValue(wr->wr_id, seq);
@@ -35,7 +37,8 @@ void SendQueueLedger::Stamp(ibv_send_wr* first, uint32_t count) {
     for (int s = 0; s < wr->num_sge; ++s) {
       bytes_posted_ += wr->sg_list[s].length;
     }
-    bytes_through_[seq % depth_] = bytes_posted_;
+    bytes_through_[slot] = bytes_posted_;
+    if (++slot == depth_) slot = 0;
   }
 }
 

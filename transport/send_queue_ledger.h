@@ -46,7 +46,12 @@ class SendQueueLedger {
   // ibv_post_send took them.
   void Stamp(ibv_send_wr* first, uint32_t count);
   // `count` more work requests are on the queue.
-  void Posted(uint32_t count) { posted_ += count; }
+  void Posted(uint32_t count) {
+    posted_ += count;
+    // count <= depth_: the room was checked.
+    posted_slot_ += count;
+    if (posted_slot_ >= depth_) posted_slot_ -= depth_;
+  }
   // A send-side completion of sequence `seq`: everything up to it is done.
   void Completed(uint64_t seq) { completed_ = std::max(completed_, seq + 1); }
   // Everything posted counts as completed (the QP was destroyed).
@@ -76,6 +81,7 @@ class SendQueueLedger {
   uint32_t depth_ = 0;
   uint32_t signal_interval_ = 1;
   uint64_t posted_ = 0;
+  uint32_t posted_slot_ = 0;  // posted_ % depth_, kept without a division
   uint64_t completed_ = 0;
   // Unsignalled work requests stamped since the last signalled one.
   uint32_t unsignaled_run_ = 0;

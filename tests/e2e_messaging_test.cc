@@ -194,6 +194,40 @@ TEST_F(EndToEndTest, HeldViewsHoldBackTheSenderAndReleasingThemLetsItOn) {
   EXPECT_EQ(*n, 100u);
 }
 
+TEST_F(EndToEndTest, AReusedViewGivesItsSlotBackWithTheNextReceive) {
+  ConnectionOptions options;
+  options.recv_slots = 8;
+  absl::StatusOr<ConnectionPair> pair = ConnectPair(options);
+  ASSERT_TRUE(pair.ok()) << pair.status();
+  absl::StatusOr<ConnectionPair> other = ConnectPair(options);
+  ASSERT_TRUE(other.ok()) << other.status();
+  // A view of the other connection: released when handed to this one.
+  std::vector<std::byte> message(100, std::byte{1});
+  E2E_ASSERT_OK(other->client->Send(message));
+  ReceivedMessage view;
+  E2E_ASSERT_OK(other->server->ReceiveBorrowed(&view, In(seconds(5))));
+  EXPECT_EQ(other->server->stats().views_held, 1u);
+  // Five times the receive ring, one view at a time: without the slot going
+  // back in each call the sender would run out of credit after six.
+  for (int i = 0; i < 40; ++i) {
+    std::fill(message.begin(), message.end(), std::byte(i));
+    E2E_ASSERT_OK(pair->client->Send(message, In(seconds(5))));
+    E2E_ASSERT_OK(pair->server->ReceiveBorrowed(&view, In(seconds(5))));
+    ASSERT_TRUE(view.held());
+    ASSERT_EQ(view.size(), message.size());
+    ASSERT_TRUE(std::equal(message.begin(), message.end(), view.data().begin()))
+        << "message " << i;
+    ASSERT_EQ(pair->server->stats().views_held, 1u);
+    if (i == 0) EXPECT_EQ(other->server->stats().views_held, 0u);
+  }
+  // An error releases the view all the same.
+  E2E_ASSERT_OK(pair->client->Close(In(seconds(5))));
+  EXPECT_EQ(pair->server->ReceiveBorrowed(&view, In(seconds(5))).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(view.held());
+  EXPECT_EQ(pair->server->stats().views_held, 0u);
+}
+
 TEST_F(EndToEndTest, ARendezvousMessageIsNotLentAndAShortBufferKeepsItQueued) {
   absl::StatusOr<ConnectionPair> pair = ConnectPair();
   ASSERT_TRUE(pair.ok()) << pair.status();

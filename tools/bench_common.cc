@@ -195,14 +195,15 @@ absl::StatusOr<MessageReceiver> MessageReceiver::Create(Connection& connection,
 
 absl::StatusOr<std::span<const std::byte>> MessageReceiver::Receive(
     size_t expected, Deadline deadline) {
-  view_.Release();
   if (zero_copy_ && expected <= connection_->max_message_size()) {
-    absl::StatusOr<ReceivedMessage> view =
-        connection_->ReceiveBorrowed(deadline);
-    if (!view.ok()) return view.status();
-    view_ = *std::move(view);
+    // The last view's slot goes back in the same call.
+    if (absl::Status status = connection_->ReceiveBorrowed(&view_, deadline);
+        !status.ok()) {
+      return status;
+    }
     return view_.data();
   }
+  view_.Release();
   absl::StatusOr<size_t> n =
       zero_copy_
           ? connection_->ReceiveInto(region_, 0, memory_.size(), deadline)

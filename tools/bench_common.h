@@ -210,9 +210,10 @@ class MessageReceiver {
   static absl::StatusOr<MessageReceiver> Create(Connection& connection,
                                                 bool zero_copy, size_t largest);
   // Releases the last view, then receives the next message; `expected`, its
-  // length if all is well, picks the zero-copy call: ReceiveBorrowed() when
-  // it fits connection.max_message_size(), else ReceiveInto(). The bytes
-  // stay valid until Release() or the next Receive().
+  // length if all is well, picks the zero-copy call: ReceiveBorrowed(&view)
+  // when it fits connection.max_message_size() (the release and the
+  // receive in one call), else ReceiveInto(). The bytes stay valid until
+  // Release() or the next Receive().
   absl::StatusOr<std::span<const std::byte>> Receive(size_t expected,
                                                      Deadline deadline);
   // Gives a borrowed slot (and its credit) back; no-op otherwise.

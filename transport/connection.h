@@ -208,6 +208,16 @@ class Connection final : private AsyncEventListener {
   // size, and it stays queued for Receive()/ReceiveInto().
   absl::StatusOr<ReceivedMessage> ReceiveBorrowed(
       Deadline deadline = kNoDeadline);
+  // The same into `message`, which first gives back the slot it holds, in
+  // this one call (one lock taken for both: a receive loop that keeps one
+  // view at a time pays no call of its own for the release). A view of
+  // another connection is released as Release() does. On an error the old
+  // view is released all the same and `message` holds nothing.
+  //
+  //   ReceivedMessage message;
+  //   while (connection->ReceiveBorrowed(&message).ok()) Consume(message.data());
+  absl::Status ReceiveBorrowed(ReceivedMessage* message,
+                               Deadline deadline = kNoDeadline);
   // Waits for the next message and returns its length without taking it
   // (to size a buffer for a rendezvous message, say).
   absl::StatusOr<size_t> NextMessageSize(Deadline deadline = kNoDeadline);

@@ -374,6 +374,15 @@ absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
   using Mode = ReceiveTarget::Mode;
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
+  // ReceiveBorrowed(&view): the slot the view holds goes back first, under
+  // the same lock.
+  if (target.mode == Mode::kBorrow && target.borrowed->connection_ == this) {
+    const uint32_t held = target.borrowed->slot_;
+    target.borrowed->connection_ = nullptr;
+    target.borrowed->data_ = {};
+    --stats_.views_held;
+    RecycleSlotLocked(held);
+  }
   while (true) {
     // Messages that arrived intact are delivered even after the connection
     // failed (a credit return racing with the peer's close, say): they are
@@ -474,6 +483,16 @@ absl::StatusOr<ReceivedMessage> Connection::ReceiveBorrowed(Deadline deadline) {
   absl::StatusOr<size_t> length = ReceiveMessage(target, deadline);
   if (!length.ok()) return length.status();
   return message;
+}
+
+absl::Status Connection::ReceiveBorrowed(ReceivedMessage* message,
+                                         Deadline deadline) {
+  // Another connection's view: its own lock, not ours.
+  if (message->connection_ != this) message->Release();
+  ReceiveTarget target;
+  target.mode = ReceiveTarget::Mode::kBorrow;
+  target.borrowed = message;
+  return ReceiveMessage(target, deadline).status();
 }
 
 absl::StatusOr<size_t> Connection::NextMessageSize(Deadline deadline) {

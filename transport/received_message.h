@@ -11,6 +11,14 @@
 //       connection->ReceiveBorrowed(DeadlineIn(1s));
 //   if (message.ok()) Consume(message->data());  // then it goes out of scope
 //
+// A receive loop can keep one view and hand it back to each receive, which
+// gives its slot back in the same call (Connection::ReceiveBorrowed(&view)):
+//
+//   ReceivedMessage view;
+//   while (connection->ReceiveBorrowed(&view, DeadlineIn(1s)).ok()) {
+//     Consume(view.data());
+//   }
+//
 // Ownership: the bytes belong to the connection; the view must be released
 // before its connection is closed or destroyed (after Close() the bytes
 // are gone and Release() only forgets them). Move-only. Thread-safety: one

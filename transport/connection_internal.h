@@ -23,6 +23,9 @@ inline constexpr auto kFollowerWait = std::chrono::milliseconds(50);
 // What Close() writes on the setup stream before closing it: a peer that
 // reads EOF without it knows this process is gone.
 inline constexpr uint8_t kGoodbyeByte = 'G';
+// Send-queue entries PostWrite()/PostRead()/PostSendFrom() leave for credit
+// returns, the keepalive probe and the close message.
+inline constexpr uint32_t kControlReserve = 2;
 
 // Inline: every call of the message path takes and leaves the lock once,
 // and a function call of its own for either showed in the profile.

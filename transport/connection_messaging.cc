@@ -163,7 +163,13 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
   }
   if (peer_closed_) [[unlikely]]
     return PeerClosedError();
+  return PostMessageLocked(data, size, from, send_inline, kind, false);
+}
 
+absl::StatusOr<uint64_t> Connection::PostMessageLocked(
+    const std::byte* data, uint32_t size, const MemoryRegion* from,
+    bool send_inline, ImmKind kind, bool signal) {
+  const bool copy = !send_inline && from == nullptr;
   // The credits it carries include the receives still waiting to be posted.
   if (!reposts_.empty()) {
     if (absl::Status status = PostDeferredRepostsLocked(); !status.ok()) {
@@ -197,6 +203,7 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
     // From the caller's memory: its completion says when it may be reused.
     wr.send_flags = IBV_SEND_SIGNALED;
   }
+  if (signal) wr.send_flags |= IBV_SEND_SIGNALED;
   wr.imm_data = htonl(TakeImmLocked(kind));
   const uint64_t seq = sq_.posted();
   if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {

@@ -272,6 +272,10 @@ class Connection final : private AsyncEventListener {
   // connection fails first (a SEND posted and not completed:
   // OUTCOME_UNKNOWN). Ops of a connection end in posting order, WRITEs and
   // READs included. The range must stay registered and untouched until then.
+  // On the wire it goes at once, as Send() does: one-sided ops still waiting
+  // for Soft-RoCE's in-flight cap (see PostWrite()) go out after it, so the
+  // peer may see the message before their bytes land (it still ends after
+  // them); to follow WRITEs, post it once they have ended.
   //
   // A message longer than rendezvous_threshold() goes by rendezvous when
   // path().rendezvous (kRemoteRead needed on the region, else

@@ -1,12 +1,14 @@
 // File: transport/async_op.h
 //
-// `AsyncOp`: what a connection remembers of one asynchronous one-sided
-// operation (Connection::PostWrite/PostRead) between its post and its end:
-// the send-queue sequences of its first and last work request (RC completes
-// in order, so the completion of `last_seq` ends it; kUnposted while that
-// piece waits behind Soft-RoCE's in-flight cap), the addresses and keys its
-// later pieces are posted with, its length for the Completion, and its
-// deadline; a plain value, no behaviour. `AsyncOpRing`: a connection's
+// `AsyncOp`: what a connection remembers of one asynchronous operation
+// (Connection::PostWrite/PostRead, one-sided; PostSendFrom, a message)
+// between its post and its end: its kind, the send-queue sequences of its
+// first and last work request (RC completes in order, so the completion of
+// `last_seq` ends it; kUnposted while that piece waits behind Soft-RoCE's
+// in-flight cap), the addresses and keys its later pieces are posted with,
+// its length for the Completion, its deadline, and for a message sent by
+// rendezvous the ordinal the peer's "finished" count must reach before it
+// ends; a plain value, no behaviour. `AsyncOpRing`: a connection's
 // ops, oldest first, in a ring of send-queue depth allocated once at setup,
 // with how far posting them has got (the in-flight cap may hold the newest
 // back). Not thread-safe: the owning Connection's mutex guards both.
@@ -35,6 +37,9 @@
 
 namespace rdma_transport {
 
+// A SEND is posted whole when accepted (one work request, never queued).
+enum class AsyncOpKind : uint8_t { kWrite, kRead, kSend };
+
 struct AsyncOp {
   static constexpr uint64_t kUnposted = ~uint64_t{0};
   OpHandle handle = 0;
@@ -47,7 +52,10 @@ struct AsyncOp {
   uint32_t rkey = 0;
   // The batch's deadline on the Env's clock; kNoDeadline: none.
   Deadline deadline = kNoDeadline;
-  bool is_write = false;
+  // kSend by rendezvous: the request's ordinal among the rendezvous
+  // messages sent (Connection::rendezvous_sent_); 0: none.
+  uint64_t rendezvous_ordinal = 0;
+  AsyncOpKind kind = AsyncOpKind::kWrite;
 };
 
 struct AsyncOpRing {
@@ -71,14 +79,19 @@ struct AsyncOpRing {
   size_t head = 0;
   size_t count = 0;  // ops posted and not yet ended (queued ones too)
   // The first `posted` ops from the oldest have every piece posted; of the
-  // next, `post_offset` bytes are. `queued_wrs`: work requests of accepted
-  // ops not posted yet (counted against send queue room).
+  // next, `post_offset` bytes are. (A kSend op accepted behind queued ones
+  // went out at once, but is counted here only once posting reaches it.)
+  // `queued_wrs`: work requests of accepted ops not posted yet (counted
+  // against send queue room).
   size_t posted = 0;
   uint64_t post_offset = 0;
   uint64_t queued_wrs = 0;
   Deadline deadline = kNoDeadline;  // a lower bound of the ops' deadlines
-  bool error_seen = false;          // a send completion in error came
-  bool quiescing = false;           // the QP was moved to ERR for them
+  // The newest rendezvous ordinal of a kSend op (0: none): while the peer's
+  // finished count is below it, a rendezvous op waits for the peer.
+  uint64_t rendezvous_last = 0;
+  bool error_seen = false;  // a send completion in error came
+  bool quiescing = false;   // the QP was moved to ERR for them
   Deadline flush_deadline;
 };
 

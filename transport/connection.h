@@ -23,7 +23,10 @@
 // Zero copy. SendFrom() sends a range of a registered MemoryRegion by
 // scatter/gather from it (no copy; inline when it fits; copied into a send
 // slot up to 1 KiB, which measured cheaper than waiting for the NIC) and
-// returns when the NIC is done with it. ReceiveBorrowed() hands out the receive
+// returns when the NIC is done with it; PostSendFrom(), on a connection with
+// an engine, posts the same message without waiting and reports when the
+// memory may be reused in the engine's NextCompletion(), so a sender keeps
+// a window of messages in flight. ReceiveBorrowed() hands out the receive
 // slot itself as a ReceivedMessage (received_message.h): the slot, and its
 // credit, go back when the view is released. ReceiveInto() receives into a
 // range of a registered region (a rendezvous message lands there with no copy).
@@ -265,6 +268,53 @@ class Connection final : private AsyncEventListener {
                                      Deadline deadline = kNoDeadline);
   absl::StatusOr<OpHandle> PostRead(std::span<const RdmaOp> ops,
                                     Deadline deadline = kNoDeadline);
+
+  // Asynchronous zero-copy send, on a connection with an engine: the
+  // message SendFrom() sends (the same SEND_WITH_IMM, in the same order as
+  // every Send()/SendFrom() of the connection, carrying the credits owed),
+  // posted at once and never waited for. Inline when it fits the usable
+  // inline size, else by scatter/gather from the region - no copy, not
+  // even below SendFrom()'s 1 KiB (that copy only saved a wait, and an
+  // asynchronous send never waits); its work request is signalled. Returns
+  // the op's handle, which ends once in the engine's NextCompletion()
+  // (Completion::is_send): COMPLETED when the NIC is done with the memory
+  // (the send's completion), FAILED / OUTCOME_UNKNOWN as a WRITE's when the
+  // connection fails first (a SEND posted and not completed:
+  // OUTCOME_UNKNOWN). Ops of a connection end in posting order, WRITEs and
+  // READs included. The range must stay registered and untouched until then.
+  // On the wire it goes at once, as Send() does: one-sided ops still waiting
+  // for Soft-RoCE's in-flight cap (see PostWrite()) go out after it, so the
+  // peer may see the message before their bytes land (it still ends after
+  // them); to follow WRITEs, post it once they have ended.
+  //
+  // A message longer than rendezvous_threshold() goes by rendezvous when
+  // path().rendezvous (kRemoteRead needed on the region, else
+  // kFailedPrecondition): its request goes out in order as above, and the
+  // op ends COMPLETED when the peer reports the message read - not at the
+  // request's completion - so ops posted after it end after it too. A peer
+  // that closes with it unread fails the connection (kUnavailable), and
+  // Close() waits (up to its deadline) until the peer has read every one.
+  //
+  // Never waits: kResourceExhausted, with nothing posted, when there is no
+  // send credit (the peer has not returned them: it is not receiving),
+  // no send-queue room (two entries kept for control messages), no op slot
+  // (the connection's, one per send-queue entry, or the engine's
+  // max_async_ops) or, for a rendezvous request too long to go inline, no
+  // free send slot - drive the engine (Progress()/Wait()) and post again.
+  // kFailedPrecondition without an engine; kOutOfRange / kInvalidArgument
+  // for the range as SendFrom(); kInvalidArgument for a message larger than
+  // max_message_size() without rendezvous; the connection's failure, or
+  // kUnavailable once the peer has closed. An op not ended by `deadline`
+  // (Env clock) fails the connection with kDeadlineExceeded, as PostWrite()'s.
+  //
+  //   absl::StatusOr<OpHandle> sent =
+  //       connection->PostSendFrom(region, slot * 4096, 4096);
+  //   if (absl::IsResourceExhausted(sent.status())) ... progress, post again
+  //   // ... engine->Progress() / Wait(); NextCompletion() ends *sent: slot
+  //   // `slot` of the region may be written again
+  absl::StatusOr<OpHandle> PostSendFrom(const MemoryRegion& region,
+                                        size_t offset, size_t length,
+                                        Deadline deadline = kNoDeadline);
   // Asynchronous operations posted and not yet ended (queued ones too).
   size_t async_ops_in_flight() const;
   // Of those, the ops not all of whose work requests are on the send queue
@@ -455,6 +505,18 @@ class Connection final : private AsyncEventListener {
                                            const MemoryRegion* from,
                                            Deadline deadline,
                                            ImmKind kind = ImmKind::kData);
+  // Posts one message once credit, room and (for a copy) a send slot are
+  // there: from `data` inline (`send_inline`), by scatter/gather from `from`
+  // (signalled), or copied into a send slot (`from` nullptr); `signal`
+  // signals it whatever the path. Returns the sequence of its work request.
+  absl::StatusOr<uint64_t> PostMessageLocked(const std::byte* data,
+                                             uint32_t size,
+                                             const MemoryRegion* from,
+                                             bool send_inline, ImmKind kind,
+                                             bool signal);
+  // PostSendFrom()'s kResourceExhausted when one message cannot be posted
+  // now (`copy`: it needs a send slot), or OK.
+  absl::Status SendRoomLocked(bool copy) const;
   // Sends [offset, offset + length) of `region` (kRemoteRead) by rendezvous
   // and waits until the peer has read it.
   absl::Status SendRendezvousLocked(std::unique_lock<std::mutex>& lock,

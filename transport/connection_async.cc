@@ -26,10 +26,6 @@
 namespace rdma_transport {
 namespace {
 
-// Send-queue entries PostWrite()/PostRead() leave for credit returns, the
-// keepalive probe and the close message.
-constexpr uint32_t kControlReserve = 2;
-
 // Whether a WRITE whose first work request failed with `status` is known
 // not to have changed the peer's memory: the responder refused it, or our
 // own NIC did before sending it.
@@ -46,6 +42,19 @@ bool RefusedBeforeEffect(ibv_wc_status status) {
   }
 }
 
+// "WRITE", "READ", "SEND" or "SEND (rendezvous)", for messages.
+const char* AsyncOpName(const AsyncOp& op) {
+  switch (op.kind) {
+    case AsyncOpKind::kWrite:
+      return "WRITE";
+    case AsyncOpKind::kRead:
+      return "READ";
+    case AsyncOpKind::kSend:
+      break;
+  }
+  return op.rendezvous_ordinal > 0 ? "SEND (rendezvous)" : "SEND";
+}
+
 // The Completion that ends `op`, posted on `connection`.
 Completion EndOf(const AsyncOp& op, const Connection* connection,
                  OpOutcome outcome, absl::Status status) {
@@ -54,7 +63,8 @@ Completion EndOf(const AsyncOp& op, const Connection* connection,
   done.connection = connection;
   done.outcome = outcome;
   done.status = std::move(status);
-  done.is_write = op.is_write;
+  done.is_write = op.kind == AsyncOpKind::kWrite;
+  done.is_send = op.kind == AsyncOpKind::kSend;
   done.length = op.length;
   return done;
 }
@@ -64,8 +74,8 @@ Completion EndOf(const AsyncOp& op, const Connection* connection,
 absl::Status Connection::NoEngineError() const {
   return absl::FailedPreconditionError(
       absl::StrCat(name_,
-                   ": PostWrite()/PostRead() need a connection made with "
-                   "ConnectionOptions::engine"));
+                   ": PostWrite()/PostRead()/PostSendFrom() need a "
+                   "connection made with ConnectionOptions::engine"));
 }
 
 absl::StatusOr<OpHandle> Connection::PostWrite(std::span<const RdmaOp> ops,
@@ -141,7 +151,7 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     slot.remote_addr = op.remote.address + op.remote_offset;
     slot.rkey = op.remote.rkey;
     slot.deadline = deadline;
-    slot.is_write = is_write;
+    slot.kind = is_write ? AsyncOpKind::kWrite : AsyncOpKind::kRead;
     ++async_.count;
   }
   // No clock read: the engine's service turns compare (engine.h).
@@ -166,6 +176,10 @@ void Connection::PostQueuedAsyncLocked() {
     async_chain_.Begin(signal_bytes);
     while (!async_chain_.full() && index < async_.count) {
       AsyncOp& op = async_.At(index);
+      if (op.kind == AsyncOpKind::kSend) {
+        ++index;  // posted whole when it was accepted
+        continue;
+      }
       const uint64_t length = std::min(op.length - offset, max_piece);
       if ((in_flight > 0 && in_flight + length > cap) ||
           !sq_.HasRoom(async_chain_.size() + 1 + kControlReserve)) {
@@ -174,7 +188,7 @@ void Connection::PostQueuedAsyncLocked() {
       const uint64_t seq = sq_.posted() + async_chain_.size();
       async_chain_.Append(op.local_addr + offset, op.lkey,
                           op.remote_addr + offset, op.rkey, length,
-                          op.is_write);
+                          op.kind == AsyncOpKind::kWrite);
       if (offset == 0) op.first_seq = seq;
       in_flight += length;
       offset += length;
@@ -186,7 +200,10 @@ void Connection::PostQueuedAsyncLocked() {
         offset = 0;
       }
     }
-    if (async_chain_.empty()) return;
+    if (async_chain_.empty()) {
+      async_.posted = index;  // past the sends only, if anything
+      return;
+    }
     // The last of every post is signalled: with ops still waiting, its
     // completion is what posts them.
     async_chain_.SignalLast();
@@ -219,8 +236,9 @@ void Connection::PostQueuedAsyncLocked() {
 void Connection::EndAsyncOpLocked(OpOutcome outcome, absl::Status status) {
   AsyncOp& op = async_.At(0);
   Completion done = EndOf(op, this, outcome, std::move(status));
-  if (outcome == OpOutcome::kCompleted) {
-    ++(op.is_write ? stats_.rdma_writes : stats_.rdma_reads);
+  // A message was counted sent when it was posted.
+  if (outcome == OpOutcome::kCompleted && op.kind != AsyncOpKind::kSend) {
+    ++(op.kind == AsyncOpKind::kWrite ? stats_.rdma_writes : stats_.rdma_reads);
   }
   async_.PopOldest();
   if (async_.posted > 0) {
@@ -236,18 +254,22 @@ void Connection::EndAsyncOpsLocked(uint64_t seq, ibv_wc_status status) {
   while (async_.count > 0) {
     const AsyncOp& op = async_.At(0);
     if (op.first_seq > seq) break;
+    // A rendezvous message is done with when the peer has read it, which
+    // its "finished" count says (it may come before the request's
+    // completion is seen, or long after).
+    const bool read = op.rendezvous_ordinal <= rendezvous_finished_;
     if (ok) {
-      if (op.last_seq > seq) break;
+      if (op.last_seq > seq || !read) break;
       EndAsyncOpLocked(OpOutcome::kCompleted, absl::OkStatus());
       continue;
     }
-    if (op.last_seq < seq && !async_.error_seen) {
+    if (op.last_seq < seq && !async_.error_seen && read) {
       // RC: an error on `seq` means everything before it succeeded.
       EndAsyncOpLocked(OpOutcome::kCompleted, absl::OkStatus());
       continue;
     }
     OpOutcome outcome = OpOutcome::kFailed;
-    if (op.is_write) {
+    if (op.kind != AsyncOpKind::kRead) {
       const bool refused = !async_.error_seen && op.first_seq == seq &&
                            RefusedBeforeEffect(status);
       if (!refused) outcome = OpOutcome::kOutcomeUnknown;
@@ -264,9 +286,10 @@ void Connection::EndAllAsyncOpsLocked(const absl::Status& why) {
   async_.queued_wrs = 0;
   while (async_.count > 0) {
     const AsyncOp& op = async_.At(0);
-    // A WRITE none of whose pieces went out cannot have changed anything.
+    // A WRITE none of whose pieces went out cannot have changed anything;
+    // a SEND always went out (at its post).
     const bool maybe_written =
-        op.is_write && op.first_seq != AsyncOp::kUnposted;
+        op.kind != AsyncOpKind::kRead && op.first_seq != AsyncOp::kUnposted;
     EndAsyncOpLocked(
         maybe_written ? OpOutcome::kOutcomeUnknown : OpOutcome::kFailed, why);
   }
@@ -325,9 +348,9 @@ void Connection::CheckAsyncDeadlinesLocked(Deadline now) {
     const auto late = std::chrono::duration_cast<std::chrono::microseconds>(
         now - op.deadline);
     FailLocked(absl::DeadlineExceededError(absl::StrCat(
-        name_, ": asynchronous ", op.is_write ? "WRITE" : "READ", " (handle ",
-        op.handle, ", ", op.length, " bytes) not done by its deadline (seen ",
-        late.count(), " us after it); the connection was failed to end it")));
+        name_, ": asynchronous ", AsyncOpName(op), " (handle ", op.handle, ", ",
+        op.length, " bytes) not done by its deadline (seen ", late.count(),
+        " us after it); the connection was failed to end it")));
     async_.deadline = kNoDeadline;
     AdvanceAsyncAfterFailureLocked(now);
     return;

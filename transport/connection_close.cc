@@ -43,16 +43,18 @@ absl::Status Connection::Close(Deadline deadline) {
   if (established_ && handshake_done_ && failure_.ok() && !peer_closed_) {
     // The close message needs a credit and a send queue entry, and goes
     // after every piece of the asynchronous ops accepted (some may wait for
-    // the in-flight cap). A failure meanwhile leaves nothing to tell: the
-    // close itself still succeeds.
+    // the in-flight cap) and once the peer has read every message
+    // PostSendFrom() sent by rendezvous. A failure meanwhile leaves nothing
+    // to tell: the close itself still succeeds.
     absl::Status ready = WaitUntilLocked(
         lock, deadline,
         [&] {
           return send_credits_.CanSendClose() && sq_.HasRoom(1) &&
-                 async_.posted == async_.count;
+                 async_.posted == async_.count &&
+                 async_.rendezvous_last <= rendezvous_finished_;
         },
-        "close: no credit to tell the peer, or asynchronous operations "
-        "still queued");
+        "close: no credit to tell the peer, asynchronous operations still "
+        "queued, or a rendezvous message still unread");
     if (absl::IsDeadlineExceeded(ready) && failure_.ok()) result = ready;
     if (ready.ok() && !reposts_.empty()) {
       ready = PostDeferredRepostsLocked();

@@ -163,57 +163,7 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
   }
   if (peer_closed_) [[unlikely]]
     return PeerClosedError();
-
-  // The credits it carries include the receives still waiting to be posted.
-  if (!reposts_.empty()) {
-    if (absl::Status status = PostDeferredRepostsLocked(); !status.ok()) {
-      return status;
-    }
-  }
-  // The work request stays a member, zeroed once: only what differs per
-  // message is written (zeroing 128 bytes with `rep stos` per message, then
-  // reading them back in the provider, cost more than the rest of Send()).
-  ibv_send_wr& wr = message_wr_;
-  ibv_sge& sge = message_sge_;
-  wr.wr_id = MakeWrId(WrKind::kSendData, engine_slot_, 0);
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
-  wr.sg_list = &sge;
-  wr.num_sge = size > 0 ? 1 : 0;
-  wr.send_flags = 0;
-  sge.addr = reinterpret_cast<uint64_t>(data);
-  sge.length = size;
-  sge.lkey = from != nullptr ? from->lkey() : 0;
-  uint32_t slot = 0;
-  if (send_inline) {
-    sge.lkey = 0;  // inline data is copied by the CPU; no key is used
-    wr.send_flags = IBV_SEND_INLINE;
-  } else if (copy) {
-    slot = next_send_slot_;
-    std::byte* destination = send_ring_.data() + size_t{slot} * slot_size_;
-    if (size > 0) std::memcpy(destination, data, size);
-    sge.addr = reinterpret_cast<uint64_t>(destination);
-    sge.lkey = send_ring_.lkey();
-  } else {
-    // From the caller's memory: its completion says when it may be reused.
-    wr.send_flags = IBV_SEND_SIGNALED;
-  }
-  wr.imm_data = htonl(TakeImmLocked(kind));
-  const uint64_t seq = sq_.posted();
-  if (absl::Status status = PostSendLocked(&wr, 1); !status.ok()) {
-    return status;
-  }
-  send_credits_.Spend();
-  if (copy) {
-    send_slot_seq_[slot] = seq + 1;
-    if (++next_send_slot_ == send_slot_seq_.size()) next_send_slot_ = 0;
-  }
-  // A rendezvous request counts as the message it stands for (below).
-  ++stats_.messages_sent;
-  if (kind == ImmKind::kData) {
-    stats_.bytes_sent += size;
-    if (send_inline) ++stats_.inline_sends;
-  }
-  return seq;
+  return PostMessageLocked(data, size, from, send_inline, kind, false);
 }
 
 absl::Status Connection::SendRendezvousLocked(

@@ -116,6 +116,12 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   }
   send_credits_.Return(ImmCredits(imm));
   rendezvous_finished_ += finished;
+  // PostSendFrom() by rendezvous: the op ends once its message was read
+  // and its request's completion was seen, whichever comes last.
+  if (finished > 0 && async_.count > 0 && failure_.ok() &&
+      sq_.completed() > 0) {
+    EndAsyncOpsLocked(sq_.completed() - 1, IBV_WC_SUCCESS);
+  }
   switch (imm_kind) {
     case ImmKind::kData:
     case ImmKind::kRendezvous: {
@@ -140,6 +146,15 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
       peer_closed_ = true;
       // Its own slot is not needed again; a shared one is the pool's.
       if (srq_recv) (void)RepostLocked(slot);
+      // A rendezvous message of PostSendFrom() the peer left unread never
+      // will be: as for SendFrom(), the connection fails (the flush then
+      // ends the ops still in flight).
+      if (async_.rendezvous_last > rendezvous_finished_ && failure_.ok()) {
+        FailLocked(absl::UnavailableError(
+            absl::StrCat(name_, ": the peer closed the connection with ",
+                         async_.rendezvous_last - rendezvous_finished_,
+                         " message(s) sent by rendezvous unread")));
+      }
       break;
   }
 }

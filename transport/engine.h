@@ -4,8 +4,9 @@
 // one completion queue shared by the send and receive queues of every
 // connection attached to it, the completion channel behind one pollable fd,
 // and a preallocated dispatch table; one Progress() call drives them all.
-// It also carries asynchronous one-sided operations
-// (Connection::PostWrite/PostRead) to their end: each finished operation
+// It also carries asynchronous operations (one-sided:
+// Connection::PostWrite/PostRead; messages: PostSendFrom) to their end:
+// each finished operation
 // comes out of NextCompletion() once, as COMPLETED, FAILED or
 // OUTCOME_UNKNOWN.
 //
@@ -86,22 +87,23 @@
 // Outcomes. COMPLETED: the NIC reported success. FAILED: the operation did
 // not take effect remotely (a READ that did not complete, a WRITE refused by
 // the responder's protection checks or by our own, or one never posted);
-// status says why. OUTCOME_UNKNOWN: a WRITE that was posted and did not
-// complete successfully on a QP that failed (retry exhaustion, flush): its
-// bytes may or may not have reached the peer. Every posted operation ends
+// status says why. OUTCOME_UNKNOWN: a WRITE or SEND that was posted and
+// did not complete successfully on a QP that failed (retry exhaustion,
+// flush), or a rendezvous SEND the peer had not reported read: its bytes
+// may or may not have reached the peer. Every posted operation ends
 // exactly once, in posting order per connection; none is lost when its
 // connection fails, closes or is destroyed (those left then end FAILED or
 // OUTCOME_UNKNOWN).
 //
 // Deadlines. PostWrite()/PostRead() take an optional deadline for their
-// batch, on the Env's clock (virtual on the simulator). An RC operation
-// cannot be cancelled, and reporting a deadline while the op stays in
-// flight would leave the caller's memory in the NIC's hands indefinitely,
-// so the contract is: an op not ended by its deadline fails its connection.
-// At the first service turn at or after the deadline (Wait() wakes up for
-// it) the connection fails with kDeadlineExceeded naming the op, its QP
-// goes to ERR, and every op still in flight on it - the overdue one and all
-// posted after or before it - ends with its flush completion (within
+// batch (PostSendFrom() for its message), on the Env's clock (virtual on the
+// simulator). An RC operation cannot be cancelled, and reporting a deadline
+// while the op stays in flight would leave the caller's memory in the NIC's
+// hands indefinitely, so the contract is: an op not ended by its deadline fails
+// its connection. At the first service turn at or after the deadline (Wait()
+// wakes up for it) the connection fails with kDeadlineExceeded naming the op,
+// its QP goes to ERR, and every op still in flight on it - the overdue one and
+// all posted after or before it - ends with its flush completion (within
 // kFlushWait, else the QP is destroyed) as after any failure: a WRITE
 // OUTCOME_UNKNOWN, a READ FAILED, each with that kDeadlineExceeded status,
 // which status() and every later call of the connection also return. Ops
@@ -121,8 +123,9 @@
 //
 // Thread-safety. An engine and the connections attached to it belong to one
 // thread at a time (the engine's thread): Progress(), Wait(),
-// NextCompletion(), stats(), PostWrite()/PostRead() and every blocking call
-// of an attached connection must not run concurrently with each other. fd()
+// NextCompletion(), stats(), PostWrite()/PostRead()/PostSendFrom() and
+// every blocking call of an attached connection must not run concurrently
+// with each other. fd()
 // and each connection's status()/stats()/accessors may be called from any
 // thread. The engine takes no lock of its own; dispatching to a
 // connection takes that connection's mutex, uncontended under this contract.
@@ -199,6 +202,7 @@ struct Completion {
   OpOutcome outcome = OpOutcome::kCompleted;
   absl::Status status;  // OK exactly when kCompleted
   bool is_write = false;
+  bool is_send = false;  // Connection::PostSendFrom(): a message
   uint64_t length = 0;
 };
 

@@ -31,6 +31,7 @@ SERIES = [
     ("ib_write_lat", "perftest ib_write_lat (no inline on rxe)", "#999999", "D", ":"),
     ("rdma_pingpong_inline_off", "rdma_pingpong --inline=off", "#1f77b4", "o", "-"),
     ("rdma_pingpong_inline_auto", "rdma_pingpong --inline=auto", "#d62728", "^", "--"),
+    ("rdma_pingpong_inline_off_zero_copy", "rdma_pingpong --inline=off --zero_copy", "#2ca02c", "v", "-."),
 ]
 
 

@@ -78,7 +78,7 @@ def main():
                               marker=marker, linestyle=style, capsize=3, linewidth=1.5)
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
-        ticks = [10, 15, 20, 30, 40, 60, 80, 100, 150, 200, 300, 500, 1000, 2000]
+        ticks = [10, 15, 20, 30, 40, 60, 80, 100, 150, 200, 300, 500, 1000, 2000, 5000, 10000, 20000]
         low_y, high_y = axis.get_ylim()
         axis.set_yticks([t for t in ticks if low_y <= t <= high_y])
         axis.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())

@@ -66,7 +66,8 @@ kver=$(<"$kernel_dir/complete")
 kroot="$kernel_dir/root"
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/softroce-initramfs.XXXXXX")
-trap 'rm -rf "$stage"' EXIT
+ldd_dir=$(mktemp -d "${TMPDIR:-/tmp}/softroce-ldd.XXXXXX")
+trap 'rm -rf "$stage" "$ldd_dir"' EXIT
 
 # Merged /usr first, with relative links, so that copying a file to
 # $stage/lib/... lands in $stage/usr/lib/... and never on the host's /usr.
@@ -157,12 +158,18 @@ done
 
 # Every library the ELFs need (ldd lists the whole closure), at the path ldd
 # names; the merged-/usr links take care of /lib vs /usr/lib. (ldd is slow on
-# long argument lists: run it in parallel batches.)
+# long argument lists: run it in parallel batches, each into a file of its
+# own: parallel ldds writing to one pipe interleave their lines mid-line,
+# and a torn path, e.g. "/lib/x86_64-linux-gnu/libabsl_civ/usr/bin/...",
+# failed the build now and then.)
 libdirs=()
+# shellcheck disable=SC2016 # "$@" and $0 are the inner sh's
+printf '%s\0' "${elves[@]}" | xargs -0 -r -P "$(nproc)" -n 16 \
+  sh -c 'ldd "$@" >"$(mktemp "$0/batch.XXXXXX")" 2>/dev/null || true' "$ldd_dir"
 while read -r lib; do
   add_file "$lib" "$lib"
   libdirs+=("$(dirname "$lib")")
-done < <(printf '%s\0' "${elves[@]}" | xargs -0 -r -P "$(nproc)" -n 16 ldd 2>/dev/null |
+done < <(cat "$ldd_dir"/batch.* |
   awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// && $2 ~ /^\(/ { print $1 }' |
   sort -u)
 printf '%s\n' /usr/local/lib "${libdirs[@]}" | sort -u >"$stage/etc/ld.so.conf"

@@ -27,8 +27,9 @@ stop_capture() {
   wait "$capture_pid" 2>/dev/null || true
 }
 
-wait_listening() { # tcp port
-  for _ in {1..100}; do
+wait_listening() { # tcp port, [tries 0.1 s apart, default 100]
+  local try
+  for ((try = 0; try < ${2:-100}; try++)); do
     ss -Hltn "sport = :$1" | grep -q . && return 0
     sleep 0.1
   done

@@ -3,19 +3,40 @@
 # (run by run_perf.sh, or by guest_ci.sh when the binaries are present).
 # Needs rdma_pingpong and rdma_bw on PATH (run_vm.sh --file).
 #
-#   latency, for each size of PERF_SIZES, PERF_REPEATS times, interleaved:
+#   latency, for each size of PERF_SIZES, PERF_REPEATS times, interleaved,
+#   the tools of PERF_LAT_TOOLS (default "ib_send_lat ib_write_lat
+#   inline_off inline_auto"):
 #     ib_send_lat, ib_write_lat, rdma_pingpong --inline=off, --inline=auto
+#     and, with PERF_ZERO_COPY=1, rdma_pingpong --inline=off --zero_copy
+#     (tool rdma_pingpong_inline_off_zero_copy; run_perf.sh sets it, CI's
+#     guest_ci.sh leaves it 0 to keep the stage's time)
 #     server on rxe1 (RXE_B), client on rxe0 (RXE_A), -x <GID index>,
 #     PERF_ITERATIONS round trips each, the TCP exchange across the veth
 #   bandwidth at each size of PERF_BW_SIZES (default PERF_BW_SIZE, 64 KiB),
-#   PERF_REPEATS times, interleaved:
-#     ib_send_bw vs rdma_bw --op=send, ib_write_bw vs rdma_bw --op=write
+#   PERF_REPEATS times, interleaved, for each operation of PERF_BW_OPS
+#   (default "send write"):
+#     ib_send_bw vs rdma_bw --op=send (and, with PERF_ZERO_COPY=1, rdma_bw
+#     --op=send --zero_copy: tool rdma_bw_send_zero_copy; above the slot,
+#     64 KiB at most, a SEND goes by rendezvous, the receiver READing it),
+#     ib_write_bw vs rdma_bw --op=write
 #     (the windowed WRITE, --write_mode=window: PERF_BW_WRITE_WINDOW ops
 #     outstanding, default 128 as ib_write_bw's tx-depth); with
 #     PERF_BW_BLOCKING=1 also rdma_bw --write_mode=blocking after each
 #     and, for each byte count of PERF_BW_IN_FLIGHT, the windowed WRITE with
 #     --rdma_in_flight=N (tool rdma_bw_write_inflight_N in perf_bw.csv)
-#   PERF_LATENCY=0 leaves the latency part out (bandwidth only).
+#   PERF_LATENCY=0 leaves the latency part out, PERF_BW=0 the bandwidth.
+#   system calls, with PERF_STRACE=1: ib_send_lat, rdma_pingpong
+#     --inline=off and (PERF_ZERO_COPY=1) --inline=off --zero_copy, both
+#     sides under `strace -c -f`, at each size of PERF_STRACE_SIZES (64) and
+#     each round-trip count of PERF_STRACE_ITERATIONS ("200 1000"; ours with
+#     --warmup=0). Calls per round trip are the difference between the
+#     largest and the smallest count's calls over the difference in round
+#     trips, so that start-up and teardown cancel. Each traced run has
+#     PERF_STRACE_TIMEOUT (300 s; ours also as its --timeout); the traced
+#     figures are not latencies. Ours makes its system calls while it
+#     waits (connection_progress.cc: every 64th empty poll, at most every
+#     2^19 cycles), so its count per round trip grows with the wait, which
+#     strace itself lengthens.
 #
 # perftest silently disables inline on rxe ("Device not recognized to
 # implement inline feature"), so its rows compare with our inline-off rows.
@@ -26,6 +47,12 @@
 #   perf_summary.txt  the side-by-side table (also $PERF_SUMMARY when set)
 #   perf_bw_table.md  the bandwidth table of docs/performance.md: every
 #                     repeat, the medians and the ratios
+#   perf_strace.csv   tool,bytes,iterations,side,syscall,calls (PERF_STRACE=1;
+#                     strace's own summaries in perf-raw/*.strace)
+#   perf_strace_table.txt  system calls per round trip by name, each tool's
+#                     client, server and both (PERF_STRACE=1)
+#   perf_clocksource.txt  the guest's clocksource at the start and the end
+#                     (hpet: clock_gettime is a system call, tsc: not)
 #   perf-raw/         every tool's own output
 # Exits 1 if any run failed (a figure is never made up from a failed run),
 # 90 if the topology cannot be built.
@@ -45,12 +72,27 @@ bw_iterations=${PERF_BW_ITERATIONS:-1000}
 bw_write_window=${PERF_BW_WRITE_WINDOW:-128}
 bw_blocking=${PERF_BW_BLOCKING:-0}
 read -r -a bw_in_flight <<<"${PERF_BW_IN_FLIGHT:-}"
+read -r -a lat_tools <<<"${PERF_LAT_TOOLS:-ib_send_lat ib_write_lat inline_off inline_auto}"
+read -r -a bw_ops <<<"${PERF_BW_OPS:-send write}"
+zero_copy=${PERF_ZERO_COPY:-0}
 latency=${PERF_LATENCY:-1}
+bandwidth=${PERF_BW:-1}
+strace_mode=${PERF_STRACE:-0}
+read -r -a strace_sizes <<<"${PERF_STRACE_SIZES:-64}"
+read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-200 1000}"
+strace_timeout=${PERF_STRACE_TIMEOUT:-300}
 step_timeout=${PERF_STEP_TIMEOUT:-120}
+# Our tools' --timeout bounds 256 messages at a time (tools/bench_common.h):
+# 256 MiB of 1 MiB SENDs take longer than its default 10 s on a loaded host,
+# so each run is bounded by its step's timeout instead, as perftest's are.
+tool_timeout=$step_timeout
+listen_tries=100 # wait_listening: tenths of a second
 lat_csv="$out/perf_latency.csv"
 bw_csv="$out/perf_bw.csv"
 table="$out/perf_summary.txt"
 bw_table="$out/perf_bw_table.md"
+strace_csv="$out/perf_strace.csv"
+strace_table="$out/perf_strace_table.txt"
 echo "repeat,bytes,tool,t_min_us,t_max_us,t_typical_us,t_avg_us,t_stdev_us,p99_us,p99_9_us,inline" >"$lat_csv"
 echo "repeat,bytes,tool,iterations,bw_peak_gbps,bw_average_gbps,msg_rate_mpps,measured_at" >"$bw_csv"
 failures=0
@@ -72,7 +114,7 @@ run_pair() { # name, server command..., --, client command...
   client=("${client[@]//@PORT@/$port}")
   timeout "$step_timeout" "${server[@]}" >"$raw/$name-server.txt" 2>&1 &
   server_pid=$!
-  if wait_listening "$port"; then
+  if wait_listening "$port" "$listen_tries"; then
     timeout "$step_timeout" "${client[@]}" >"$raw/$name-client.txt" 2>&1 || rc=$?
   else
     echo "server never listened on port $port" >"$raw/$name-client.txt"
@@ -118,15 +160,17 @@ perftest_lat() { # repeat, size, tool
   fi
 }
 
-ours_lat() { # repeat, size, inline mode (off|auto)
-  local r=$1 size=$2 mode=$3 name="rdma_pingpong-inline_$3-$2B-r$1"
-  local common=(rdma_pingpong --backend=ibverbs --sizes="$size" --inline="$mode")
+ours_lat() { # repeat, size, inline mode (off|auto), [zero_copy]
+  local r=$1 size=$2 mode=$3 tool="rdma_pingpong_inline_$3${4:+_$4}"
+  local name="rdma_pingpong-inline_$3${4:+_$4}-$2B-r$1"
+  local common=(rdma_pingpong --backend=ibverbs --sizes="$size" --inline="$mode" --timeout="$tool_timeout")
+  if [[ "${4:-}" == zero_copy ]]; then common+=(--zero_copy); fi
   run_pair "$name" \
     "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
     "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
     --iterations="$iterations" --warmup=0 --csv="$raw/$name.csv" || return 0
   # Our CSV names its columns; take them by name.
-  awk -F, -v r="$r" -v tool="rdma_pingpong_inline_$mode" '
+  awk -F, -v r="$r" -v tool="$tool" '
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", r, $c["bytes"], tool,
         $c["t_min_us"], $c["t_max_us"], $c["t_typical_us"], $c["t_avg_us"],
@@ -157,15 +201,16 @@ perftest_bw() { # repeat, tool, size
   invalid=$((invalid + 1))
 }
 
-ours_bw() { # repeat, op (send|write|write_blocking|write_inflight_N), size
+ours_bw() { # repeat, op (send|send_zero_copy|write|write_blocking|write_inflight_N), size
   local r=$1 op=$2 bw_size=$3 name="rdma_bw-$2-$3-r$1" mode=()
   case "$op" in
+    send_zero_copy) mode=(--zero_copy) ;;
     write) mode=(--write_mode=window --write_window="$bw_write_window") ;;
     write_blocking) mode=(--write_mode=blocking) ;;
     write_inflight_*)
       mode=(--write_mode=window --write_window="$bw_write_window" --rdma_in_flight="${op#write_inflight_}") ;;
   esac
-  local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="${op%%_*}")
+  local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="${op%%_*}" --timeout="$tool_timeout")
   run_pair "$name" \
     "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
     "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
@@ -177,29 +222,164 @@ ours_bw() { # repeat, op (send|write|write_blocking|write_inflight_N), size
     "$raw/$name.csv" >>"$bw_csv"
 }
 
-echo "guest_perf: sizes ${sizes[*]}, $iterations iterations, $repeats repeats; bandwidth at ${bw_sizes[*]} B x $bw_iterations"
+# --- System calls per round trip (PERF_STRACE=1) ------------------------------
+# One traced pair: both sides under strace -c -f, its summary in
+# $raw/<name>-{client,server}.strace, each syscall's count in $strace_csv.
+strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), size, round trips
+  local tool=$1 size=$2 n=$3 name side
+  # Traced start-up is slower: longer limits for this pair (run_pair reads them).
+  local step_timeout=$strace_timeout listen_tries=600
+  local trace=(strace -c -f -o)
+  if [[ "$tool" == ib_send_lat ]]; then
+    name="ib_send_lat-strace-${size}B-n$n"
+    run_pair "$name" \
+      "${trace[@]}" "$raw/$name-server.strace" \
+      ib_send_lat -d "$RXE_B" -x "$GID_B" -s "$size" -n "$n" -F -p @PORT@ -- \
+      "${trace[@]}" "$raw/$name-client.strace" \
+      ib_send_lat -d "$RXE_A" -x "$GID_A" -s "$size" -n "$n" -F -p @PORT@ "$IP_B" || return 0
+  else
+    name="rdma_pingpong-strace-${tool#rdma_pingpong_}-${size}B-n$n"
+    # --timeout bounds 256 round trips at a time (tools/bench_common.h):
+    # traced, one of ours takes tens of milliseconds on a loaded host, as
+    # each wait's system calls stop for strace.
+    local common=(rdma_pingpong --backend=ibverbs --sizes="$size" --inline=off --timeout="$strace_timeout")
+    if [[ "$tool" == *zero_copy ]]; then common+=(--zero_copy); fi
+    run_pair "$name" \
+      "${trace[@]}" "$raw/$name-server.strace" \
+      "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
+      "${trace[@]}" "$raw/$name-client.strace" \
+      "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
+      --iterations="$n" --warmup=0 || return 0
+  fi
+  # strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall", then
+  # a "total" line.
+  for side in client server; do
+    awk -v tool="$tool" -v size="$size" -v n="$n" -v side="$side" '
+      $1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
+        printf "%s,%s,%s,%s,%s,%s\n", tool, size, n, side, $NF, $4 }' \
+      "$raw/$name-$side.strace" >>"$strace_csv"
+  done
+}
+
+# Per size, per syscall: calls per round trip of each tool's client, server
+# and both, from the smallest and the largest round-trip count.
+strace_summary() {
+  awk -F, -v counts="${strace_counts[*]}" '
+    function isort(a, n,   i, j, t) {
+      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    }
+    NR > 1 {
+      c[$1, $2, $3, $4, $5] += $6; t[$1, $2, $3, $4] += $6; ran[$1, $2, $3] = 1
+      if (!($2 in size)) { size[$2] = 1; sizes[++ns] = $2 + 0 }
+      if (!($5 in name)) { name[$5] = 1; names[++nn] = $5 }
+    }
+    function per(tool, s, side, key,   a, b) {
+      if (!((tool, s, lo) in ran) || !((tool, s, hi) in ran)) return "n/a"
+      if (side == "both") return sprintf("%.2f", (per(tool, s, "client", key) + per(tool, s, "server", key)))
+      if (key == "") { a = t[tool, s, lo, side]; b = t[tool, s, hi, side] }
+      else { a = c[tool, s, lo, side, key]; b = c[tool, s, hi, side, key] }
+      return sprintf("%.2f", (b - a) / (hi - lo))
+    }
+    END {
+      m = split(counts, k, " "); lo = k[1] + 0; hi = k[1] + 0
+      for (i = 2; i <= m; i++) { if (k[i] + 0 < lo) lo = k[i] + 0; if (k[i] + 0 > hi) hi = k[i] + 0 }
+      if (hi == lo) { print "strace: PERF_STRACE_ITERATIONS needs two different counts"; exit }
+      split("ib_send_lat rdma_pingpong_copy rdma_pingpong_zero_copy", tools, " ")
+      split("ib_send_lat|ours, copy|ours, zero copy", titles, "|")
+      isort(sizes, ns); isort(names, nn)
+      for (i = 1; i <= ns; i++) {
+        s = sizes[i]
+        printf "System calls per round trip at %d B, inline off (strace -c -f on both sides):\n", s
+        printf "(calls at %d round trips - calls at %d) / %d; n/a: a traced run failed or did not run\n", hi, lo, hi - lo
+        printf "%-18s", ""
+        for (j = 1; j <= 3; j++) printf " | %-29s", titles[j]
+        printf "\n%-18s", "syscall"
+        for (j = 1; j <= 3; j++) printf " | %9s %9s %9s", "client", "server", "both"
+        printf "\n"
+        for (q = 1; q <= nn; q++) {
+          shown = 0
+          for (j = 1; j <= 3; j++) { v = per(tools[j], s, "both", names[q]); if (v != "n/a" && v != "0.00" && v != "-0.00") shown = 1 }
+          if (!shown) continue
+          printf "%-18s", names[q]
+          for (j = 1; j <= 3; j++)
+            printf " | %9s %9s %9s", per(tools[j], s, "client", names[q]), per(tools[j], s, "server", names[q]), per(tools[j], s, "both", names[q])
+          printf "\n"
+        }
+        printf "%-18s", "total"
+        for (j = 1; j <= 3; j++) printf " | %9s %9s %9s", per(tools[j], s, "client", ""), per(tools[j], s, "server", ""), per(tools[j], s, "both", "")
+        printf "\n"
+        for (j = 1; j <= 3; j++) {
+          if (!((tools[j], s, lo) in ran)) continue
+          printf "  %s, all calls of client + server: %d at %d round trips, %d at %d\n", titles[j],
+            t[tools[j], s, lo, "client"] + t[tools[j], s, lo, "server"], lo,
+            t[tools[j], s, hi, "client"] + t[tools[j], s, hi, "server"], hi
+        }
+        printf "\n"
+      }
+    }' "$strace_csv"
+}
+
+echo "guest_perf: sizes ${sizes[*]}, $iterations iterations, $repeats repeats; bandwidth at ${bw_sizes[*]} B x $bw_iterations (${bw_ops[*]}); zero copy $zero_copy"
+# hpet makes clock_gettime a system call (docs/performance.md), tsc does
+# not; under TCG the kernel may switch from tsc to hpet during the run.
+clocksource() {
+  echo "guest_perf: clocksource $1: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)" |
+    tee -a "$out/perf_clocksource.txt"
+}
+clocksource "at the start"
 SECONDS=0
 for ((r = 1; r <= repeats * latency; r++)); do
   for size in "${sizes[@]}"; do
-    perftest_lat "$r" "$size" ib_send_lat
-    perftest_lat "$r" "$size" ib_write_lat
-    ours_lat "$r" "$size" off
-    ours_lat "$r" "$size" auto
+    for tool in "${lat_tools[@]}"; do
+      case "$tool" in
+        ib_send_lat | ib_write_lat) perftest_lat "$r" "$size" "$tool" ;;
+        inline_off | inline_auto) ours_lat "$r" "$size" "${tool#inline_}" ;;
+        *) echo "guest_perf: unknown tool in PERF_LAT_TOOLS: $tool" >&2; failures=$((failures + 1)) ;;
+      esac
+    done
+    if ((zero_copy)); then ours_lat "$r" "$size" off zero_copy; fi
   done
   echo "guest_perf: latency repeat $r done after ${SECONDS}s"
 done
-for ((r = 1; r <= repeats; r++)); do
+for ((r = 1; r <= repeats * bandwidth; r++)); do
   for size in "${bw_sizes[@]}"; do
-    perftest_bw "$r" ib_send_bw "$size"
-    ours_bw "$r" send "$size"
-    perftest_bw "$r" ib_write_bw "$size"
-    ours_bw "$r" write "$size"
-    if ((bw_blocking)); then ours_bw "$r" write_blocking "$size"; fi
-    for n in ${bw_in_flight[@]+"${bw_in_flight[@]}"}; do ours_bw "$r" "write_inflight_$n" "$size"; done
+    for op in "${bw_ops[@]}"; do
+      case "$op" in
+        send)
+          perftest_bw "$r" ib_send_bw "$size"
+          ours_bw "$r" send "$size"
+          if ((zero_copy)); then ours_bw "$r" send_zero_copy "$size"; fi
+          ;;
+        write)
+          perftest_bw "$r" ib_write_bw "$size"
+          ours_bw "$r" write "$size"
+          if ((bw_blocking)); then ours_bw "$r" write_blocking "$size"; fi
+          for n in ${bw_in_flight[@]+"${bw_in_flight[@]}"}; do ours_bw "$r" "write_inflight_$n" "$size"; done
+          ;;
+        *) echo "guest_perf: unknown operation in PERF_BW_OPS: $op" >&2; failures=$((failures + 1)) ;;
+      esac
+    done
   done
   echo "guest_perf: bandwidth repeat $r done after ${SECONDS}s"
 done
 echo "guest_perf: bandwidth done after ${SECONDS}s"
+if ((strace_mode)); then
+  echo "tool,bytes,iterations,side,syscall,calls" >"$strace_csv"
+  if ! command -v strace >/dev/null; then
+    echo "guest_perf: PERF_STRACE=1 but no strace in the guest (install it on the host: build_initramfs.sh takes it from there)" >&2
+    failures=$((failures + 1))
+  else
+    for size in "${strace_sizes[@]}"; do
+      for n in "${strace_counts[@]}"; do
+        strace_run ib_send_lat "$size" "$n"
+        strace_run rdma_pingpong_copy "$size" "$n"
+        if ((zero_copy)); then strace_run rdma_pingpong_zero_copy "$size" "$n"; fi
+      done
+    done
+    strace_summary | tee "$strace_table"
+  fi
+  echo "guest_perf: system call counts done after ${SECONDS}s"
+fi
 
 # --- The table: per size, the median over repeats of each run's figure, and
 # the range [min-max] over repeats. -------------------------------------------
@@ -219,6 +399,7 @@ summarize() {
     FILENAME ~ /latency/ && FNR > 1 {
       k = $2 SUBSEP $3; v[k "min"] = v[k "min"] " " $4; v[k "typ"] = v[k "typ"] " " $6
       if ($3 == "rdma_pingpong_inline_auto") went[$2] = $11
+      if ($3 == "rdma_pingpong_inline_off_zero_copy") zc_rows = 1
       size[$2] = 1
     }
     FILENAME ~ /bw/ && FNR > 1 && $2 == bsize { b[$3] = b[$3] " " $6 }
@@ -226,8 +407,11 @@ summarize() {
       printf "One-way latency, us, rxe0 -> rxe1 across the veth, qemu TCG, %d interleaved repeats.\n", repeats
       printf "t_min: best of the repeats / median of the repeats [min-max]; t_typ: median over the repeats of t_typical.\n"
       printf "Ratios: of the best t_min and of the median t_min. perftest disables inline on rxe: compare it with inline off.\n"
-      printf "%5s | %-31s %-6s | %-31s %-6s | %-11s | %-31s %-7s %-11s | %-12s\n", "bytes",
+      if (zc_rows) printf "Zero copy: rdma_pingpong --inline=off --zero_copy; its ratio is to ib_send_lat.\n"
+      printf "%5s | %-31s %-6s | %-31s %-6s | %-11s | %-31s %-7s %-11s | %-12s", "bytes",
         "ours t_min, inline off", "t_typ", "ib_send_lat t_min", "t_typ", "ratio b/m", "ours t_min, inline on", "inline", "on/off b/m", "ib_write_lat"
+      if (zc_rows) printf " | %-31s %-6s %-11s", "ours t_min, zero copy", "t_typ", "ratio b/m"
+      printf "\n"
       n = 0; for (s in size) sorted[++n] = s + 0
       for (i = 2; i <= n; i++) { t = sorted[i]; for (j = i - 1; j >= 1 && sorted[j] > t; j--) sorted[j + 1] = sorted[j]; sorted[j + 1] = t }
       for (i = 1; i <= n; i++) {
@@ -238,23 +422,31 @@ summarize() {
         stat(s SUBSEP "ib_send_lat" "typ"); pt_t = s_med
         on = stat(s SUBSEP "rdma_pingpong_inline_auto" "min"); on_b = lo[0]; on_s = s_best " / " s_med " [" s_rng "]"
         wt = stat(s SUBSEP "ib_write_lat" "min"); wt_s = s_best " / " s_med
-        printf "%5d | %-31s %-6s | %-31s %-6s | %-11s | %-31s %-7s %-11s | %-12s\n", s,
+        printf "%5d | %-31s %-6s | %-31s %-6s | %-11s | %-31s %-7s %-11s | %-12s", s,
           off_s, off_t, pt_s, pt_t,
           (pt > 0 && off > 0 ? sprintf("%.2f/%.2f", off_b / pt_b, off / pt) : "n/a"),
           on_s, went[s], (off > 0 && on > 0 ? sprintf("%.2f/%.2f", on_b / off_b, on / off) : "n/a"), wt_s
+        if (zc_rows) {
+          zc = stat(s SUBSEP "rdma_pingpong_inline_off_zero_copy" "min"); zc_b = lo[0]; zc_s = s_best " / " s_med " [" s_rng "]"
+          stat(s SUBSEP "rdma_pingpong_inline_off_zero_copy" "typ"); zc_t = s_med
+          printf " | %-31s %-6s %-11s", zc_s, zc_t, (pt > 0 && zc > 0 ? sprintf("%.2f/%.2f", zc_b / pt_b, zc / pt) : "n/a")
+        }
+        printf "\n"
       }
       printf "\nBandwidth at %s B, Gb/s average: median of %d repeats [min-max]\n", bsize, repeats
-      split("ib_send_bw rdma_bw_send ib_write_bw rdma_bw_write", tools, " ")
-      for (i = 1; i <= 4; i++) {
+      split("ib_send_bw rdma_bw_send rdma_bw_send_zero_copy ib_write_bw rdma_bw_write", tools, " ")
+      for (i = 1; i <= 5; i++) {
         t = tools[i]
-        if (t in b) { m = median(b[t]); med[t] = m; printf "  %-14s %8.3f [%.3f-%.3f]\n", t, m, lo[0], hi[0] }
-        else printf "  %-14s      n/a\n", t
+        if (t in b) { m = median(b[t]); med[t] = m; printf "  %-22s %8.3f [%.3f-%.3f]\n", t, m, lo[0], hi[0] }
+        else printf "  %-22s      n/a\n", t
       }
       if (med["ib_send_bw"] > 0 && med["rdma_bw_send"] > 0) printf "  rdma_bw send / ib_send_bw:   %.2fx\n", med["rdma_bw_send"] / med["ib_send_bw"]
+      if (med["ib_send_bw"] > 0 && med["rdma_bw_send_zero_copy"] > 0) printf "  rdma_bw send zero copy / ib_send_bw: %.2fx\n", med["rdma_bw_send_zero_copy"] / med["ib_send_bw"]
       if (med["ib_write_bw"] > 0 && med["rdma_bw_write"] > 0) printf "  rdma_bw write / ib_write_bw: %.2fx\n", med["rdma_bw_write"] / med["ib_write_bw"]
     }' bsize="${bw_sizes[-1]}" "$lat_csv" bsize="${bw_sizes[-1]}" "$bw_csv"
 }
 
+clocksource "at the end"
 summarize | tee "$table"
 "$SOFTROCE_DIR/guest_bw_table.sh" "$bw_csv" "$bw_write_window" | tee "$bw_table"
 if [[ -n "${PERF_SUMMARY:-}" ]]; then cp "$table" "$PERF_SUMMARY"; fi

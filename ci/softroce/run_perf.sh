@@ -5,26 +5,41 @@
 # out of the VM's artifacts.
 #
 #   ci/softroce/run_perf.sh [--out-dir DIR] [--repeats N] [--iterations N]
-#                           [--sizes "8 64 236 1024 4096"] [--bw-iterations N]
-#                           [--bw-sizes "4096 65536"] [--write-window N]
-#                           [--bw-blocking] [--in-flight "1048576 ..."]
-#                           [--bw-only] [--update-docs]
+#                           [--sizes "8 64 236 1024 4096"]
+#                           [--lat-tools "ib_send_lat inline_off"] [--bw-iterations N]
+#                           [--bw-sizes "4096 65536"] [--bw-ops "send write"]
+#                           [--write-window N] [--bw-blocking]
+#                           [--in-flight "1048576 ..."] [--no-zero-copy]
+#                           [--bw-only] [--no-bw] [--strace] [--strace-only]
+#                           [--strace-sizes "64"] [--strace-iterations "200 1000"]
+#                           [--update-docs]
 #
 # DIR (default .cache/softroce-perf in the checkout) receives
 # perf_latency.csv, perf_bw.csv, perf_summary.txt, perf_bw_table.md (the
 # bandwidth table, with the host's load during the run) and perf_load.txt
 # (/proc/loadavg every 5 s); DIR/vm holds every artifact of the VM (each
-# tool's raw output under perf-raw/, console log). --bw-only skips the
-# latency runs; --bw-blocking adds rdma_bw --write_mode=blocking rows;
-# --in-flight adds windowed WRITE runs with --rdma_in_flight=N (perf_bw.csv);
-# --update-docs puts perf_bw_table.md and the load into docs/performance.md
-# between its rxe-bw-table markers (perf_docs_table.sh), so the table there
-# is this run's, not typed in. With several $SOFTROCE_KERNELS the first
-# kernel's files are copied to DIR, the others stay in DIR/vm/<suite>/.
-# Plot the latency CSV with docs/plots/plot_latency.py. Exit status is
-# run_ci_stage.sh's (0 pass, 1..89 a failed run, 90 VM infrastructure,
-# 91 timeout; see docs/soft-roce.md). $SOFTROCE_TIMEOUT bounds the VM
-# (default here 1500 s).
+# tool's raw output under perf-raw/, console log). --lat-tools picks the
+# latency runs (ib_send_lat, ib_write_lat, inline_off, inline_auto: all
+# four by default), --bw-ops the bandwidth operations (send, write; both by
+# default); --bw-only skips the latency runs, --no-bw the bandwidth runs;
+# --bw-blocking adds rdma_bw
+# --write_mode=blocking rows; --in-flight adds windowed WRITE runs with
+# --rdma_in_flight=N (perf_bw.csv). Zero copy is measured beside the copying
+# mode unless --no-zero-copy: rdma_pingpong --inline=off --zero_copy in the
+# latency runs, rdma_bw --op=send --zero_copy after each SEND. --strace adds
+# the system-call count (guest_perf.sh's PERF_STRACE=1: ib_send_lat and
+# rdma_pingpong, copy and zero copy, both sides under strace -c -f, at each
+# size of --strace-sizes, 64 B by default, and each round-trip count of
+# --strace-iterations, two counts whose difference gives calls per round
+# trip) into perf_strace.csv and perf_strace_table.txt; --strace-only runs
+# that alone. --update-docs puts perf_bw_table.md and the load into
+# docs/performance.md between its rxe-bw-table markers (perf_docs_table.sh),
+# so the table there is this run's, not typed in. With several
+# $SOFTROCE_KERNELS the first kernel's files are copied to DIR, the others
+# stay in DIR/vm/<suite>/. Plot the latency CSV with
+# docs/plots/plot_latency.py. Exit status is run_ci_stage.sh's (0 pass,
+# 1..89 a failed run, 90 VM infrastructure, 91 timeout; see
+# docs/soft-roce.md). $SOFTROCE_TIMEOUT bounds the VM (default here 1500 s).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +47,7 @@ repo=$(cd "$here/../.." && pwd)
 
 out_dir="$repo/.cache/softroce-perf"
 envs=()
+zero_copy=1
 update_docs=0
 while (($#)); do
   case "$1" in
@@ -44,12 +60,21 @@ while (($#)); do
     --write-window) envs+=(--env "PERF_BW_WRITE_WINDOW=${2:?}"); shift 2 ;;
     --bw-blocking) envs+=(--env "PERF_BW_BLOCKING=1"); shift ;;
     --in-flight) envs+=(--env "PERF_BW_IN_FLIGHT=${2:?}"); shift 2 ;;
+    --lat-tools) envs+=(--env "PERF_LAT_TOOLS=${2:?}"); shift 2 ;;
+    --bw-ops) envs+=(--env "PERF_BW_OPS=${2:?}"); shift 2 ;;
+    --no-zero-copy) zero_copy=0; shift ;;
     --bw-only) envs+=(--env "PERF_LATENCY=0"); shift ;;
+    --no-bw) envs+=(--env "PERF_BW=0"); shift ;;
+    --strace) envs+=(--env "PERF_STRACE=1"); shift ;;
+    --strace-only) envs+=(--env "PERF_STRACE=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
+    --strace-sizes) envs+=(--env "PERF_STRACE_SIZES=${2:?}"); shift 2 ;;
+    --strace-iterations) envs+=(--env "PERF_STRACE_ITERATIONS=${2:?}"); shift 2 ;;
     --update-docs) update_docs=1; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;
   esac
 done
+envs+=(--env "PERF_ZERO_COPY=$zero_copy")
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 rm -rf "$out_dir/vm" "$out_dir"/perf_*.csv "$out_dir"/perf_*.txt "$out_dir"/perf_*.md
@@ -79,7 +104,8 @@ kill "$sampler" 2>/dev/null || true
 # The VM's artifacts are per kernel (vm/<suite>/): the first kernel's
 # figures are the run's; the others stay where they are.
 read -r first _ <<<"${SOFTROCE_KERNELS:-bookworm}"
-for file in perf_latency.csv perf_bw.csv perf_summary.txt perf_bw_table.md; do
+for file in perf_latency.csv perf_bw.csv perf_summary.txt perf_bw_table.md \
+  perf_strace.csv perf_strace_table.txt perf_clocksource.txt; do
   for src in "$out_dir/vm/$first/$file" "$out_dir/vm/$file"; do
     if [[ -f "$src" ]]; then cp "$src" "$out_dir/"; break; fi
   done
@@ -88,4 +114,5 @@ if ((update_docs)); then "$here/perf_docs_table.sh" "$out_dir" || status=1; fi
 echo
 echo "==== run_perf: results in $out_dir"
 if [[ -f "$out_dir/perf_summary.txt" ]]; then cat "$out_dir/perf_summary.txt"; fi
+if [[ -f "$out_dir/perf_strace_table.txt" ]]; then cat "$out_dir/perf_strace_table.txt"; fi
 exit "$status"

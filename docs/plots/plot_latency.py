@@ -31,6 +31,7 @@ SERIES = [
     ("ib_write_lat", "perftest ib_write_lat (no inline on rxe)", "#999999", "D", ":"),
     ("rdma_pingpong_inline_off", "rdma_pingpong --inline=off", "#1f77b4", "o", "-"),
     ("rdma_pingpong_inline_auto", "rdma_pingpong --inline=auto", "#d62728", "^", "--"),
+    ("rdma_pingpong_inline_off_zero_copy", "rdma_pingpong --inline=off --zero_copy", "#2ca02c", "v", "-."),
 ]
 
 
@@ -77,7 +78,7 @@ def main():
                               marker=marker, linestyle=style, capsize=3, linewidth=1.5)
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
-        ticks = [10, 15, 20, 30, 40, 60, 80, 100, 150, 200, 300, 500, 1000, 2000]
+        ticks = [10, 15, 20, 30, 40, 60, 80, 100, 150, 200, 300, 500, 1000, 2000, 5000, 10000, 20000]
         low_y, high_y = axis.get_ylim()
         axis.set_yticks([t for t in ticks if low_y <= t <= high_y])
         axis.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())

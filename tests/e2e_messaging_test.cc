@@ -218,7 +218,9 @@ TEST_F(EndToEndTest, AReusedViewGivesItsSlotBackWithTheNextReceive) {
     ASSERT_TRUE(std::equal(message.begin(), message.end(), view.data().begin()))
         << "message " << i;
     ASSERT_EQ(pair->server->stats().views_held, 1u);
-    if (i == 0) EXPECT_EQ(other->server->stats().views_held, 0u);
+    if (i == 0) {
+      EXPECT_EQ(other->server->stats().views_held, 0u);
+    }
   }
   // An error releases the view all the same.
   E2E_ASSERT_OK(pair->client->Close(In(seconds(5))));

@@ -127,6 +127,25 @@ TEST(SendQueueLedgerTest, BytesOutstandingFollowCompletionsAndWrap) {
   EXPECT_EQ(ledger.BytesOutstanding(), 0u);
 }
 
+TEST(SendQueueLedgerTest, ChainsThatWrapMidChain) {
+  // Chains of 3 through a queue of 4 wrap mid-chain at every position; the
+  // ledger keeps its ring position without a division.
+  SendQueueLedger ledger;
+  ledger.Reset(4, 1);
+  for (uint32_t round = 0; round < 8; ++round) {
+    Chain chain(3, round + 1);
+    ledger.Stamp(chain.wrs.data(), 3);
+    EXPECT_EQ(WrIdValue(chain.wrs[0].wr_id), ledger.posted());
+    ledger.Posted(3);
+    EXPECT_EQ(ledger.BytesOutstanding(), 3u * (round + 1)) << "round " << round;
+    ledger.Completed(ledger.posted() - 2);  // all but the last
+    EXPECT_EQ(ledger.BytesOutstanding(), round + 1u) << "round " << round;
+    ledger.Completed(ledger.posted() - 1);
+    EXPECT_EQ(ledger.BytesOutstanding(), 0u) << "round " << round;
+  }
+  EXPECT_EQ(ledger.posted(), 24u);
+}
+
 TEST(SendQueueLedgerTest, ResetForgetsEverything) {
   SendQueueLedger ledger;
   ledger.Reset(4, 2);

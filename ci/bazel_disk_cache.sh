@@ -34,10 +34,22 @@ use_bazel_disk_cache() {
   local root real dir
   root=$(cache_root)
   dir=$(bazel_disk_cache_dir)
-  real=$(PATH=${PATH#"$root/bin:"} command -v bazel) || {
+  # The real bazel: the first on PATH that is not this wrapper (which may
+  # be on PATH already, more than once).
+  local entry
+  real=
+  local IFS=:
+  for entry in $PATH; do
+    if [[ "$entry" != "$root/bin" && -x "$entry/bazel" ]]; then
+      real="$entry/bazel"
+      break
+    fi
+  done
+  unset IFS
+  if [[ -z "$real" ]]; then
     echo "bazel_disk_cache: no bazel on PATH" >&2
     return 1
-  }
+  fi
   trim_disk_cache "$dir"
   trim_disk_cache "$(bazel7_disk_cache)"
   mkdir -p "$root/bin" "$dir" "$(bazel7_disk_cache)"

@@ -4,8 +4,10 @@
 # guest_topology.sh; uses $out (the artifact directory) and $IP_A / $IP_B.
 
 capture_pid=''
+capture_name=''
 start_capture() { # name: tcpdump on veth0, UDP/4791, into $out/<name>.pcap
   local name=$1
+  capture_name=$name
   # Buffered capture with a large ring: --immediate-mode wakes tcpdump per
   # packet, and under TCG it then loses packets ("dropped by kernel").
   tcpdump -i veth0 -n -U -B 16384 -Z root -w "$out/$name.pcap" udp port 4791 \
@@ -19,10 +21,35 @@ start_capture() { # name: tcpdump on veth0, UDP/4791, into $out/<name>.pcap
   cat "$out/$name.tcpdump.txt" >&2
   return 1
 }
+
+# Prints the last "<count>" tcpdump reported for statistic <what> ("captured",
+# "received by filter", "dropped by kernel") in capture <name>'s log, or "?".
+capture_stat() { # name, what
+  local n
+  n=$(grep -o "[0-9]* packets\? $2" "$out/$1.tcpdump.txt" | tail -1 | cut -d' ' -f1)
+  echo "${n:-?}"
+}
+
 stop_capture() {
-  # Packets sit in a capture ring block until it fills or its 1 s timeout
-  # retires it; a block still open at SIGINT is lost.
-  sleep 1.5
+  # Packets sit in a capture ring block until it fills or its timeout retires
+  # it, and a block still unread at SIGINT is lost: so ask tcpdump for its
+  # counts (SIGUSR1) until it has written every packet its filter took, the
+  # same count twice in a row (the run is over, nothing new arrives), and only
+  # then stop it. A loaded guest only makes this take longer; the bound (60 s)
+  # is for a tcpdump that stopped reading, which the judge then reports as an
+  # incomplete capture.
+  local try captured seen stable=0
+  for ((try = 0; try < 120; try++)); do
+    kill -USR1 "$capture_pid" 2>/dev/null || break
+    sleep 0.5
+    captured=$(capture_stat "$capture_name" captured)
+    seen=$(capture_stat "$capture_name" 'received by filter')
+    if [[ "$captured" != '?' && "$captured" == "$seen" ]]; then
+      if ((++stable >= 2)); then break; fi
+    else
+      stable=0
+    fi
+  done
   kill -INT "$capture_pid" 2>/dev/null || true
   wait "$capture_pid" 2>/dev/null || true
 }
@@ -58,10 +85,7 @@ tos_counts() { # pcap, tos (e.g. 0x88)
 # check needs the whole connection, so a capture that lost packets must fail
 # it visibly rather than pass on a sample.
 capture_loss() { # name
-  local seen dropped
-  seen=$(grep -o '[0-9]* packets received by filter' "$out/$1.tcpdump.txt" | cut -d' ' -f1)
-  dropped=$(grep -o '[0-9]* packets dropped by kernel' "$out/$1.tcpdump.txt" | cut -d' ' -f1)
-  echo "${seen:-?} ${dropped:-?}"
+  echo "$(capture_stat "$1" 'received by filter') $(capture_stat "$1" 'dropped by kernel')"
 }
 
 # Reports the traffic-class check of capture <name>: PASS when the run

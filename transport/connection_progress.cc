@@ -22,29 +22,14 @@ namespace rdma_transport {
 namespace {
 
 constexpr int kPollBatch = 16;
-// Busy polling looks at the clock and yields once every this many empty
-// turns (each turn polls the CQ once), and on the real clock no more often
-// than every kServiceCycles of the CPU's cycle counter: the look is system
-// calls (clock_gettime, poll, sched_yield; about 2 us each in a VM without
-// a usable TSC, where clock_gettime is one), so a round trip of tens of
-// microseconds makes none. Deadlines and timers are seen at most that late
-// (about 0.2 ms at 2-3 GHz).
+// Busy polling looks at the cycle counter once every this many empty turns
+// (each turn polls the CQ once); BusyPollGate (busy_poll_gate.h) decides
+// whether that look is a service turn: the clock, the fds and a yield.
 constexpr uint32_t kSpinTurns = 64;
-constexpr uint64_t kServiceCycles = uint64_t{1} << 19;
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
-#endif
-}
-
-// The CPU's cycle counter (an instruction, never a system call); 0 where
-// there is none, which makes every kSpinTurns-th turn look at the clock.
-inline uint64_t CycleCount() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_ia32_rdtsc();
-#else
-  return 0;
 #endif
 }
 
@@ -203,15 +188,13 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   // on (engine.h).
   const bool busy =
       engine_ != nullptr || options_.progress == ProgressMode::kBusyPoll;
-  // kBusyPoll: most turns only let the other thread in and
-  // pause; every kSpinTurns-th looks at the clock and the fds and yields.
+  // kBusyPoll: most turns only let the other thread in and pause; every
+  // kSpinTurns-th reads the cycle counter, and the gate says when a look is
+  // a service turn (the clock, the fds, a yield).
+  uint64_t cycles = 0;
   if (busy && ++spin_turns_ >= kSpinTurns && !env_.virtual_time()) {
-    const uint64_t cycles = CycleCount();
-    if (cycles - service_cycles_ < kServiceCycles && cycles != 0) {
-      spin_turns_ = 0;  // not yet: another kSpinTurns turns
-    } else {
-      service_cycles_ = cycles;
-    }
+    cycles = CycleCount();
+    if (!service_gate_.Due(cycles, deadline)) spin_turns_ = 0;  // not yet
   }
   if (busy && spin_turns_ < kSpinTurns) {
     // Let in a thread that is waiting for the lock; otherwise keep it (each
@@ -230,7 +213,10 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   ServiceLocked(lock, false, false);
   CheckStalledLocked(now);
   if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
-  if (MaybeKeepaliveLocked(now)) return absl::OkStatus();
+  if (MaybeKeepaliveLocked(now)) {
+    service_gate_.Serviced(cycles, now, now, true);  // look again soon
+    return absl::OkStatus();
+  }
   if (now >= deadline) {
     // The last look before giving up: what the device has said meanwhile.
     CheckAsyncEventsLocked();
@@ -298,6 +284,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   lock.lock();
   --env_waiters_;
   if (!busy) event_waiter_ = false;
+  if (busy) service_gate_.Serviced(cycles, now, wake, ready > 0);
   auto readable = [&](int index) {
     return ready > 0 && index >= 0 && fds[index].revents != 0;
   };

@@ -1,0 +1,195 @@
+#include "transport/busy_poll_gate.h"
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace rdma_transport {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+// A spinning thread on a 2.5 GHz counter: it looks every `look` of time and
+// takes the service turn whenever the gate says so, with nothing to find
+// unless told.
+class SpinningThread {
+ public:
+  static constexpr double kCyclesPerNs = 2.5;
+
+  explicit SpinningThread(BusyPollGate& gate) : gate_(gate) {}
+
+  uint64_t cycles() const {
+    return kStart + static_cast<uint64_t>(
+                        std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            now_ - Deadline{})
+                            .count() *
+                        kCyclesPerNs);
+  }
+  Deadline now() const { return now_; }
+
+  // Looks every `look` until `span` has passed; returns the times (since
+  // the start) of the service turns taken, for a wait whose deadline is
+  // `deadline` on a connection whose next timer is `timer`.
+  std::vector<microseconds> Spin(Clock::duration span, Deadline deadline,
+                                 Deadline timer = kNoDeadline,
+                                 microseconds look = microseconds(10)) {
+    std::vector<microseconds> turns;
+    const Deadline end = now_ + span;
+    while (now_ < end) {
+      now_ += look;
+      if (gate_.Due(cycles(), deadline)) {
+        turns.push_back(
+            std::chrono::duration_cast<microseconds>(now_ - Deadline{}));
+        gate_.Serviced(cycles(), now_, std::min(deadline, timer), found_);
+      }
+    }
+    return turns;
+  }
+  void Skip(Clock::duration away) { now_ += away; }
+  void set_found(bool found) { found_ = found; }
+
+ private:
+  static constexpr uint64_t kStart = uint64_t{1} << 40;
+  BusyPollGate& gate_;
+  Deadline now_ = Deadline{} + std::chrono::seconds(100);
+  bool found_ = false;
+};
+
+TEST(BusyPollGateTest, WithoutACycleCounterEveryLookIsAServiceTurn) {
+  BusyPollGate gate;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(gate.Due(0, kNoDeadline));
+    gate.Serviced(0, Deadline{} + milliseconds(i), kNoDeadline, false);
+  }
+  EXPECT_FALSE(gate.calibrated());
+}
+
+TEST(BusyPollGateTest, IdleTurnsSpreadOutToTheMaximum) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(100), kNoDeadline);
+  ASSERT_GE(turns.size(), 10u);
+  EXPECT_TRUE(gate.calibrated());
+  // The first look serves; the gaps then grow to the maximum and stay.
+  const double max_us =
+      BusyPollGate::kMaxCycles / SpinningThread::kCyclesPerNs / 1000;
+  microseconds previous_gap{0};
+  for (size_t i = 1; i < turns.size(); ++i) {
+    const microseconds gap = turns[i] - turns[i - 1];
+    EXPECT_GE(gap.count() + 10, previous_gap.count()) << "turn " << i;
+    EXPECT_LE(gap.count(), max_us + 10) << "turn " << i;
+    previous_gap = gap;
+  }
+  EXPECT_GE(previous_gap.count(), max_us - 10);
+  // 100 ms at ~3.4 ms apart once grown: a few dozen turns, not 10,000 looks.
+  EXPECT_LE(turns.size(), 45u);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+}
+
+TEST(BusyPollGateTest, ATurnThatFindsSomethingFallsBackToTheBase) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  ASSERT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+  thread.set_found(true);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(10), kNoDeadline);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
+  // Once found, turns come every base interval (~210 us) again.
+  ASSERT_GE(turns.size(), 3u);
+  const double base_us =
+      BusyPollGate::kBaseCycles / SpinningThread::kCyclesPerNs / 1000;
+  EXPECT_LE((turns.back() - turns[turns.size() - 2]).count(), base_us + 10);
+}
+
+TEST(BusyPollGateTest, ADeadlineIsSeenWhenItFallsDueNotAnIntervalLater) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);  // grown and calibrated
+  ASSERT_TRUE(gate.calibrated());
+  // Just after a service turn that planned the next one ~3.4 ms ahead, a
+  // new wait comes with a deadline 1.5 ms ahead.
+  while (thread.Spin(microseconds(10), kNoDeadline).empty()) {
+  }
+  const Deadline deadline = thread.now() + microseconds(1500);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(20), deadline);
+  // Some turn lands within one look (10 us) after the deadline, although
+  // the interval alone would have passed it by up to 3.4 ms.
+  bool seen = false;
+  const auto deadline_us =
+      std::chrono::duration_cast<microseconds>(deadline - Deadline{});
+  for (microseconds t : turns) {
+    if (t >= deadline_us && t <= deadline_us + microseconds(20)) seen = true;
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST(BusyPollGateTest, ATimerIsSeenWhenItFallsDue) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  // A timer the last service turn knew of (a keepalive, say), 5 ms ahead;
+  // the wait itself has no deadline.
+  const Deadline timer = thread.now() + milliseconds(5);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(20), kNoDeadline, timer);
+  const auto timer_us =
+      std::chrono::duration_cast<microseconds>(timer - Deadline{});
+  bool seen = false;
+  for (microseconds t : turns) {
+    if (t >= timer_us && t <= timer_us + microseconds(20)) seen = true;
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST(BusyPollGateTest, UntilCalibratedTheBaseIntervalHolds) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  // Under 500 us of turns: not calibrated, so neither the growth nor a wake
+  // can be planned by the counter; turns come every base interval.
+  const std::vector<microseconds> turns =
+      thread.Spin(microseconds(450), kNoDeadline);
+  EXPECT_FALSE(gate.calibrated());
+  ASSERT_GE(turns.size(), 2u);
+  const double base_us =
+      BusyPollGate::kBaseCycles / SpinningThread::kCyclesPerNs / 1000;
+  EXPECT_LE((turns[1] - turns[0]).count(), base_us + 10);
+}
+
+TEST(BusyPollGateTest, AThreadThatWasAwayServesAtOnceAndOftenAgain) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  ASSERT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+  // Descheduled for 2 ms (more than kAwayCycles): the next look serves,
+  // whatever the interval said.
+  thread.Skip(milliseconds(2));
+  const std::vector<microseconds> after =
+      thread.Spin(microseconds(10), kNoDeadline);
+  EXPECT_EQ(after.size(), 1u);
+  EXPECT_LE(gate.interval(), BusyPollGate::kBaseCycles * 2);
+}
+
+TEST(BusyPollGateTest, ACounterAtAnImplausibleRateIsNotPlannedBy) {
+  BusyPollGate gate;
+  // The counter runs at 1,000 GHz: every look is "away", so every look
+  // serves, and the calibration sees a rate no CPU has.
+  uint64_t cycles = 1000;
+  Deadline now = Deadline{} + std::chrono::seconds(1);
+  for (int i = 0; i < 100; ++i) {
+    cycles += uint64_t{100} * 1000 * 1000;
+    now += microseconds(100);
+    if (gate.Due(cycles, kNoDeadline)) {
+      gate.Serviced(cycles, now, kNoDeadline, false);
+    }
+  }
+  EXPECT_FALSE(gate.calibrated());
+}
+
+}  // namespace
+}  // namespace rdma_transport

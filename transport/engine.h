@@ -77,7 +77,9 @@
 // Liveness. The engine notices failures that come through the CQ (a retry
 // exhaustion, a flush) and, in Wait(), every kServiceInterval empty
 // Progress() calls in a row and every kBusyServiceInterval Progress() calls
-// whatever they found, services its connections: the device's async events,
+// whatever they found (on the real clock, once those counts are reached,
+// when busy_poll_gate.h says a turn is due: every 0.2-3 ms, and as
+// timers fall due), services its connections: the device's async events,
 // setup streams that closed (a peer process gone), keepalive probes and the
 // completion watchdog, exactly as a blocking call's wait does. A connection
 // that failed with asynchronous operations outstanding has its QP moved to
@@ -150,6 +152,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "transport/busy_poll_gate.h"
 #include "transport/context.h"
 #include "transport/qp_slot_table.h"
 #include "transport/shared_receive_pool.h"
@@ -287,12 +290,15 @@ class Engine {
 
   // Liveness of every connection (see the file comment); `setup_readable`
   // lists the slots whose setup stream fd() reported. Returns when the
-  // earliest connection timer (keepalive, watchdog, flush) is due.
-  Deadline Service(std::span<const uint32_t> setup_readable);
+  // earliest connection timer (keepalive, watchdog, flush) is due. `now` is
+  // the clock read for this turn.
+  Deadline Service(std::span<const uint32_t> setup_readable, Deadline now);
   // Reads fd()'s epoll set without waiting: takes the channel's events and
   // puts the slots of readable setup streams in `setup_readable`.
   size_t ReadEvents(std::span<uint32_t> setup_readable);
-  void ServiceTurn();  // ReadEvents() then Service(), from Progress()
+  // ReadEvents() then Service(), from Progress(), when service_gate_ says
+  // the turn is due (always in virtual time).
+  void MaybeServiceTurn();
   void DrainChannel();
 
   const Context& context_;
@@ -321,6 +327,7 @@ class Engine {
   uint32_t attached_ = 0;
   uint32_t idle_turns_ = 0;           // empty Progress() calls in a row
   uint32_t turns_since_service_ = 0;  // Progress() calls since Service()
+  BusyPollGate service_gate_;         // real clock: when a turn is due
 
   // Finished operations not yet taken: a ring of max_async_ops entries.
   std::vector<Completion> finished_;

@@ -43,7 +43,7 @@ required_commands=(
 )
 # Packages whose every binary goes in, and optional extras.
 whole_packages=(coreutils perftest ibverbs-utils rdmacm-utils)
-optional_commands=(strace ethtool xxd hexdump setsid flock taskset nproc free)
+optional_commands=(strace perf ethtool xxd hexdump setsid flock taskset nproc free)
 
 kernel_dir='' guest_script='' run_id='' output=''
 files=() envs=()

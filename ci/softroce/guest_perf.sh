@@ -36,7 +36,10 @@
 #     figures are not latencies. Ours makes its system calls while it
 #     waits (connection_progress.cc: every 64th empty poll, at most every
 #     2^19 cycles), so its count per round trip grows with the wait, which
-#     strace itself lengthens.
+#     strace itself lengthens. PERF_SYSCALL_COUNTER=perf counts with
+#     `perf stat -e raw_syscalls:sys_enter` instead (in the kernel, nothing
+#     stopped, so the waits keep their untraced length; totals only, under
+#     the name "all").
 #
 # perftest silently disables inline on rxe ("Device not recognized to
 # implement inline feature"), so its rows compare with our inline-off rows.
@@ -81,6 +84,7 @@ strace_mode=${PERF_STRACE:-0}
 read -r -a strace_sizes <<<"${PERF_STRACE_SIZES:-64}"
 read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-200 1000}"
 strace_timeout=${PERF_STRACE_TIMEOUT:-300}
+syscall_counter=${PERF_SYSCALL_COUNTER:-strace}  # strace | perf
 step_timeout=${PERF_STEP_TIMEOUT:-120}
 # Our tools' --timeout bounds 256 messages at a time (tools/bench_common.h):
 # 256 MiB of 1 MiB SENDs take longer than its default 10 s on a loaded host,
@@ -230,6 +234,11 @@ strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), 
   # Traced start-up is slower: longer limits for this pair (run_pair reads them).
   local step_timeout=$strace_timeout listen_tries=600
   local trace=(strace -c -f -o)
+  # perf stat counts in the kernel (a tracepoint counter, inherited by every
+  # thread and child) and stops nothing, so the waits keep their length.
+  if [[ "$syscall_counter" == perf ]]; then
+    trace=(perf stat -x, -e raw_syscalls:sys_enter -o)
+  fi
   if [[ "$tool" == ib_send_lat ]]; then
     name="ib_send_lat-strace-${size}B-n$n"
     run_pair "$name" \
@@ -252,9 +261,12 @@ strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), 
       --iterations="$n" --warmup=0 || return 0
   fi
   # strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall", then
-  # a "total" line.
+  # a "total" line; perf stat -x,: "<count>,,raw_syscalls:sys_enter,...", all
+  # calls under one name ("all").
   for side in client server; do
     awk -v tool="$tool" -v size="$size" -v n="$n" -v side="$side" '
+      /raw_syscalls:sys_enter/ { split($0, f, ","); if (f[1] ~ /^[0-9]+$/)
+        printf "%s,%s,%s,%s,all,%s\n", tool, size, n, side, f[1]; next }
       $1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {
         printf "%s,%s,%s,%s,%s,%s\n", tool, size, n, side, $NF, $4 }' \
       "$raw/$name-$side.strace" >>"$strace_csv"
@@ -264,7 +276,9 @@ strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), 
 # Per size, per syscall: calls per round trip of each tool's client, server
 # and both, from the smallest and the largest round-trip count.
 strace_summary() {
-  awk -F, -v counts="${strace_counts[*]}" '
+  local counter='strace -c -f'
+  if [[ "$syscall_counter" == perf ]]; then counter='perf stat -e raw_syscalls:sys_enter'; fi
+  awk -F, -v counts="${strace_counts[*]}" -v counter="$counter" '
     function isort(a, n,   i, j, t) {
       for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
     }
@@ -289,7 +303,7 @@ strace_summary() {
       isort(sizes, ns); isort(names, nn)
       for (i = 1; i <= ns; i++) {
         s = sizes[i]
-        printf "System calls per round trip at %d B, inline off (strace -c -f on both sides):\n", s
+        printf "System calls per round trip at %d B, inline off (%s on both sides):\n", s, counter
         printf "(calls at %d round trips - calls at %d) / %d; n/a: a traced run failed or did not run\n", hi, lo, hi - lo
         printf "%-18s", ""
         for (j = 1; j <= 3; j++) printf " | %-29s", titles[j]
@@ -365,8 +379,19 @@ done
 echo "guest_perf: bandwidth done after ${SECONDS}s"
 if ((strace_mode)); then
   echo "tool,bytes,iterations,side,syscall,calls" >"$strace_csv"
-  if ! command -v strace >/dev/null; then
-    echo "guest_perf: PERF_STRACE=1 but no strace in the guest (install it on the host: build_initramfs.sh takes it from there)" >&2
+  if [[ "$syscall_counter" == perf ]]; then
+    # perf finds the tracepoint through tracefs.
+    grep -q ' /sys/kernel/tracing ' /proc/mounts ||
+      mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+  fi
+  if [[ "$syscall_counter" != strace && "$syscall_counter" != perf ]]; then
+    echo "guest_perf: PERF_SYSCALL_COUNTER=$syscall_counter: want strace or perf" >&2
+    failures=$((failures + 1))
+  elif ! command -v "$syscall_counter" >/dev/null; then
+    echo "guest_perf: PERF_STRACE=1 but no $syscall_counter in the guest (install it on the host: build_initramfs.sh takes it from there)" >&2
+    failures=$((failures + 1))
+  elif [[ "$syscall_counter" == perf ]] && ! perf stat -e raw_syscalls:sys_enter -o /dev/null true 2>"$raw/perf-probe.txt"; then
+    echo "guest_perf: perf cannot count raw_syscalls:sys_enter here: $(head -3 "$raw/perf-probe.txt")" >&2
     failures=$((failures + 1))
   else
     for size in "${strace_sizes[@]}"; do

@@ -12,6 +12,7 @@
 #                           [--in-flight "1048576 ..."] [--no-zero-copy]
 #                           [--bw-only] [--no-bw] [--strace] [--strace-only]
 #                           [--strace-sizes "64"] [--strace-iterations "200 1000"]
+#                           [--syscalls-by strace|perf]
 #                           [--update-docs]
 #
 # DIR (default .cache/softroce-perf in the checkout) receives
@@ -32,7 +33,8 @@
 # size of --strace-sizes, 64 B by default, and each round-trip count of
 # --strace-iterations, two counts whose difference gives calls per round
 # trip) into perf_strace.csv and perf_strace_table.txt; --strace-only runs
-# that alone. --update-docs puts perf_bw_table.md and the load into
+# that alone; --syscalls-by perf counts with perf stat (raw_syscalls
+# tracepoint: nothing stopped, totals only) instead of strace. --update-docs puts perf_bw_table.md and the load into
 # docs/performance.md between its rxe-bw-table markers (perf_docs_table.sh),
 # so the table there is this run's, not typed in. With several
 # $SOFTROCE_KERNELS the first kernel's files are copied to DIR, the others
@@ -69,8 +71,9 @@ while (($#)); do
     --strace-only) envs+=(--env "PERF_STRACE=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
     --strace-sizes) envs+=(--env "PERF_STRACE_SIZES=${2:?}"); shift 2 ;;
     --strace-iterations) envs+=(--env "PERF_STRACE_ITERATIONS=${2:?}"); shift 2 ;;
+    --syscalls-by) envs+=(--env "PERF_SYSCALL_COUNTER=${2:?}"); shift 2 ;;
     --update-docs) update_docs=1; shift ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;
   esac
 done

@@ -27,6 +27,7 @@
 #include "tests/connection_pair.h"
 #include "tests/connection_test_peer.h"
 #include "tests/e2e_fixture.h"
+#include "tests/engine_client_fixture.h"
 #include "tests/register_for_test.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
@@ -46,44 +47,24 @@ std::byte PatternByte(uint64_t op, size_t i) {
   return static_cast<std::byte>((op * 131 + i * 7 + 1) & 0xff);
 }
 
-class EngineSendTest : public ::testing::Test {
+class EngineSendTest : public EngineClientFixture<> {
  protected:
   void Start(std::string_view profile = "cx7",
              sim::ProgressMode mode = sim::ProgressMode::kImmediate,
              ConnectionOptions options = {}) {
     sim::FabricOptions fabric_options;
     fabric_options.progress_mode = mode;
-    fabric_ = std::make_unique<sim::Fabric>(fabric_options);
-    verbs_ = std::make_unique<sim::SimVerbs>(fabric_.get());
-    E2E_ASSERT_OK(OpenTwoSimContextsWithEngine(*fabric_, *verbs_, profile,
-                                               devices_, contexts_, engine_));
-    ConnectionOptions client_options = options;
-    client_options.engine = engine_.get();
-    DialResult dial = DialWith(*contexts_[0], *contexts_[1], client_options,
-                               options, ListenerOptions{});
-    ASSERT_TRUE(dial.client.ok()) << dial.client.status();
-    ASSERT_TRUE(dial.server.ok()) << dial.server.status();
-    client_ = *std::move(dial.client);
-    server_ = *std::move(dial.server);
+    ASSERT_NO_FATAL_FAILURE(StartPair(profile, options, fabric_options));
     source_.assign(kWindow * kSpan, std::byte{0});
     sink_.assign(kSpan, std::byte{0});
     source_mr_ = RegisterForTest(*contexts_[0], source_, kRemoteRead);
     sink_mr_ = RegisterForTest(*contexts_[1], sink_, kLocalWrite);
   }
 
-  void TearDown() override {
-    client_.reset();  // no op in flight may outlive its memory
-    server_.reset();
+  void ReleaseMemory() override {
     source_mr_ = MemoryRegion();
     sink_mr_ = MemoryRegion();
-    engine_.reset();
-    contexts_.clear();
-    if (fabric_ != nullptr) {
-      EXPECT_EQ(LeakReportText(*fabric_), "");
-    }
   }
-
-  Env& env() { return fabric_->env(); }
 
   // Stamps op `op`'s span with `length` bytes of its pattern and posts it.
   absl::StatusOr<OpHandle> PostOp(uint64_t op, size_t length,
@@ -178,13 +159,6 @@ class EngineSendTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<sim::Fabric> fabric_;
-  std::unique_ptr<sim::SimVerbs> verbs_;
-  std::vector<std::string> devices_;
-  std::vector<std::unique_ptr<Context>> contexts_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<Connection> client_;
-  std::unique_ptr<Connection> server_;
   std::vector<std::byte> source_, sink_;
   MemoryRegion source_mr_, sink_mr_;
   // handle -> (op, length) of every send posted, in posting order.

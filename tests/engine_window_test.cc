@@ -21,6 +21,7 @@
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
 #include "tests/e2e_fixture.h"
+#include "tests/engine_client_fixture.h"
 #include "tests/register_for_test.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
@@ -37,24 +38,13 @@ std::byte PatternByte(uint64_t op, size_t i) {
   return static_cast<std::byte>((op * 131 + i * 7 + 1) & 0xff);
 }
 
-class EngineWindowTest : public ::testing::TestWithParam<std::string> {
+class EngineWindowTest
+    : public EngineClientFixture<::testing::TestWithParam<std::string>> {
  protected:
   void SetUp() override {
-    fabric_ = std::make_unique<sim::Fabric>();
-    verbs_ = std::make_unique<sim::SimVerbs>(fabric_.get());
-    E2E_ASSERT_OK(OpenTwoSimContextsWithEngine(*fabric_, *verbs_, GetParam(),
-                                               devices_, contexts_, engine_));
     ConnectionOptions options;
     options.send_slots = kSlots;
-    ConnectionOptions client_options = options;
-    client_options.engine = engine_.get();
-    DialResult dial = DialWith(*contexts_[0], *contexts_[1], client_options,
-                               options, ListenerOptions{});
-    ASSERT_TRUE(dial.client.ok()) << dial.client.status();
-    ASSERT_TRUE(dial.server.ok()) << dial.server.status();
-    client_ = *std::move(dial.client);
-    server_ = *std::move(dial.server);
-
+    ASSERT_NO_FATAL_FAILURE(StartPair(GetParam(), options));
     source_.resize(kSlots * kOpBytes);
     target_.assign(kSlots * kOpBytes, std::byte{0});
     source_mr_ = Register(0, source_, kLocalWrite);
@@ -62,16 +52,9 @@ class EngineWindowTest : public ::testing::TestWithParam<std::string> {
     posted_before_ = WrsPosted();
   }
 
-  void TearDown() override {
-    client_.reset();
-    server_.reset();
+  void ReleaseMemory() override {
     source_mr_ = MemoryRegion();
     target_mr_ = MemoryRegion();
-    engine_.reset();
-    contexts_.clear();
-    if (fabric_ != nullptr) {
-      EXPECT_EQ(LeakReportText(*fabric_), "");
-    }
   }
 
   MemoryRegion Register(int side, std::vector<std::byte>& memory, int access) {
@@ -97,8 +80,6 @@ class EngineWindowTest : public ::testing::TestWithParam<std::string> {
     std::byte* slot = source_.data() + (op % kSlots) * kOpBytes;
     for (size_t i = 0; i < kOpBytes; ++i) slot[i] = PatternByte(op, i);
   }
-
-  Env& env() { return fabric_->env(); }
 
   // Stamps every slot and posts one WRITE per slot, all in one PostWrite().
   void PostEverySlot(OpHandle* first) {
@@ -133,13 +114,6 @@ class EngineWindowTest : public ::testing::TestWithParam<std::string> {
     }
   }
 
-  std::unique_ptr<sim::Fabric> fabric_;
-  std::unique_ptr<sim::SimVerbs> verbs_;
-  std::vector<std::string> devices_;
-  std::vector<std::unique_ptr<Context>> contexts_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<Connection> client_;
-  std::unique_ptr<Connection> server_;
   std::vector<std::byte> source_, target_;
   MemoryRegion source_mr_, target_mr_;
   uint64_t posted_before_ = 0;

@@ -69,10 +69,10 @@
 // those looks find nothing, as its deadline and timers fall due by the
 // cycle counter, and every 0.2 ms again when the thread was descheduled:
 // busy_poll_gate.h. A spinning wait under steady traffic makes one system
-// call per hundreds of messages); kEvent sleeps on a completion channel. Every wait goes through the
-// Context's Env (verbs_shim/env.h): the real clock on real devices, the
-// fabric's virtual clock on the simulator, where a wait for a deadline
-// advances the fabric instead of sleeping.
+// call per hundreds of messages); kEvent sleeps on a completion channel. Every
+// wait goes through the Context's Env (verbs_shim/env.h): the real clock on
+// real devices, the fabric's virtual clock on the simulator, where a wait for a
+// deadline advances the fabric instead of sleeping.
 //
 // Readiness (kEvent). event_fd() is readable exactly while a message waits
 // for Receive(), the connection has failed, or the peer has closed it, with
@@ -539,6 +539,16 @@ class Connection final : private AsyncEventListener {
   // of SendFrom()/ReceiveInto() (`call`), kInvalidArgument / kOutOfRange.
   absl::Status CheckCallerRange(const MemoryRegion& region, size_t offset,
                                 size_t length, const char* call) const;
+  // SendFrom()/PostSendFrom() (`call`): the connection usable and the range
+  // inside the region, by plain comparisons; a Status is made only for the
+  // error. (Inline, in connection_internal.h.)
+  absl::Status CheckSendSourceLocked(const MemoryRegion& region, size_t offset,
+                                     size_t length, const char* call) const;
+  // kFailedPrecondition: a `length`-byte message goes by rendezvous but its
+  // region was registered without kRemoteRead.
+  absl::Status RendezvousAccessError(size_t length) const;
+  // A borrowed view's slot `slot` is given back (RecycleSlotLocked()).
+  void ReleaseViewSlotLocked(uint32_t slot);
   // The immediate of a message of `kind` carrying what is owed to the peer:
   // credits and finished rendezvous reads.
   uint32_t TakeImmLocked(ImmKind kind);

@@ -59,16 +59,13 @@ absl::StatusOr<OpHandle> Connection::PostSendFrom(const MemoryRegion& region,
     return NoEngineError();
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
-  // The checks as plain comparisons first: a Status is made only for the
-  // error (as SendFrom()).
-  if (!failure_.ok() || closed_ || closing_ || !established_) [[unlikely]] {
-    return UsableLocked();
+  if (absl::Status checked =
+          CheckSendSourceLocked(region, offset, length, "PostSendFrom");
+      !checked.ok()) [[unlikely]] {
+    return checked;
   }
   if (peer_closed_) [[unlikely]]
     return PeerClosedError();
-  if (!region.Holds(offset, length)) [[unlikely]] {
-    return CheckCallerRange(region, offset, length, "PostSendFrom");
-  }
   absl::StatusOr<uint64_t> seq;
   uint64_t ordinal = 0;
   if (length <= rendezvous_threshold_ || !path_.rendezvous) [[likely]] {
@@ -84,12 +81,7 @@ absl::StatusOr<OpHandle> Connection::PostSendFrom(const MemoryRegion& region,
                             send_inline ? nullptr : &region, send_inline,
                             ImmKind::kData, /*signal=*/true);
   } else {
-    if (!region.allows(kRemoteRead)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          name_, ": a ", length,
-          "-byte message goes by rendezvous (the peer reads it), but the "
-          "region was registered without kRemoteRead"));
-    }
+    if (!region.allows(kRemoteRead)) return RendezvousAccessError(length);
     // The request is copied at the post (inline, or into a send slot), so
     // it may live on the stack.
     std::array<std::byte, kRendezvousRequestBytes> request;

@@ -135,6 +135,23 @@ inline absl::StatusOr<uint64_t> Connection::PostMessageLocked(
   return seq;
 }
 
+inline absl::Status Connection::CheckSendSourceLocked(
+    const MemoryRegion& region, size_t offset, size_t length,
+    const char* call) const {
+  if (!failure_.ok() || closed_ || closing_ || !established_) [[unlikely]] {
+    return UsableLocked();
+  }
+  if (!region.Holds(offset, length)) [[unlikely]] {
+    return CheckCallerRange(region, offset, length, call);
+  }
+  return absl::OkStatus();
+}
+
+inline void Connection::ReleaseViewSlotLocked(uint32_t slot) {
+  --stats_.views_held;
+  RecycleSlotLocked(slot);
+}
+
 template <typename Ready>
 absl::Status Connection::WaitUntilLocked(std::unique_lock<std::mutex>& lock,
                                          Deadline deadline, Ready ready,

@@ -230,13 +230,10 @@ absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
                                   size_t length, Deadline deadline) {
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
-  // The checks of UsableLocked() and CheckCallerRange() first as plain
-  // comparisons: a Status is made only for the error.
-  if (!failure_.ok() || closed_ || closing_ || !established_) [[unlikely]] {
-    return UsableLocked();
-  }
-  if (!region.Holds(offset, length)) [[unlikely]] {
-    return CheckCallerRange(region, offset, length, "SendFrom");
+  if (absl::Status checked =
+          CheckSendSourceLocked(region, offset, length, "SendFrom");
+      !checked.ok()) [[unlikely]] {
+    return checked;
   }
   if (length <= rendezvous_threshold_ || !path_.rendezvous) [[likely]] {
     if (length > send_limit_) return TooLargeError(length);
@@ -252,21 +249,22 @@ absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
     // memory until the completion.
     return WaitForSeqLocked(lock, *seq, kNoDeadline);
   }
-  if (!region.allows(kRemoteRead)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name_, ": a ", length,
-        "-byte message goes by rendezvous (the peer reads it), but the region "
-        "was registered without kRemoteRead"));
-  }
+  if (!region.allows(kRemoteRead)) return RendezvousAccessError(length);
   return SendRendezvousLocked(lock, region, offset, length, deadline);
+}
+
+absl::Status Connection::RendezvousAccessError(size_t length) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      name_, ": a ", length,
+      "-byte message goes by rendezvous (the peer reads it), but the region "
+      "was registered without kRemoteRead"));
 }
 
 void Connection::ReleaseBorrowed(uint32_t slot) {
   // Not a call Close() waits for (no CallScope): it never lets go of mu_,
   // and giving a slot back wakes nobody on this side.
   std::unique_lock<std::mutex> lock = Enter();
-  --stats_.views_held;
-  RecycleSlotLocked(slot);
+  ReleaseViewSlotLocked(slot);
   // kEvent: a failed repost makes the readiness fd readable.
   if (event_mode_) LeaveLocked(lock);
 }
@@ -330,8 +328,7 @@ absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
     const uint32_t held = target.borrowed->slot_;
     target.borrowed->connection_ = nullptr;
     target.borrowed->data_ = {};
-    --stats_.views_held;
-    RecycleSlotLocked(held);
+    ReleaseViewSlotLocked(held);
   }
   while (true) {
     // Messages that arrived intact are delivered even after the connection

@@ -21,9 +21,11 @@
 //    look. Until the counter is calibrated the interval stays at the base.
 //  - A gap of more than kAwayCycles between two looks means the thread was
 //    descheduled (the CPU is shared: the peer may be waiting for it) or the
-//    caller was away: the service turn is due at once and the interval
-//    falls back to the base, so a contended CPU is yielded as often as
-//    before.
+//    caller was away: the service turn is due at once, and for the next
+//    kContendedCycles (about 25 ms) the CPU counts as contended: the
+//    interval stays at the base and every service turn yields (contended()),
+//    as every one did before the gate. On a CPU nobody else wants a turn
+//    does not yield: sched_yield would be one more system call for nothing.
 //  - Without a cycle counter (cycles == 0) every look is a service turn.
 //
 // A value type for one waiting thread at a time; the Connection keeps one
@@ -65,6 +67,7 @@ class BusyPollGate {
   static constexpr uint64_t kBaseCycles = uint64_t{1} << 19;
   static constexpr uint64_t kMaxCycles = uint64_t{1} << 23;
   static constexpr uint64_t kAwayCycles = uint64_t{1} << 21;
+  static constexpr uint64_t kContendedCycles = uint64_t{1} << 26;
   static constexpr std::chrono::microseconds kCalibrationSpan{500};
 
   // Whether the service turn is due at `cycles` (CycleCount() now) for a
@@ -73,9 +76,12 @@ class BusyPollGate {
   bool Due(uint64_t cycles, Deadline deadline) {
     if (cycles == 0) return true;
     const uint64_t gap = cycles - last_look_;
+    const bool first = last_look_ == 0;
     last_look_ = cycles;
+    if (first) return true;
     if (gap > kAwayCycles) {
       interval_ = kBaseCycles;
+      contended_until_ = cycles + kContendedCycles;
       return true;
     }
     if (deadline != deadline_) {
@@ -93,7 +99,9 @@ class BusyPollGate {
   void Serviced(uint64_t cycles, Deadline now, Deadline wake, bool found) {
     if (cycles == 0) return;
     Calibrate(cycles, now);
-    interval_ = found ? kBaseCycles : std::min(interval_ * 2, kMaxCycles);
+    interval_ = found || contended(cycles)
+                    ? kBaseCycles
+                    : std::min(interval_ * 2, kMaxCycles);
     uint64_t step = kBaseCycles;
     if (cycles_per_ns_ > 0) {
       const double wake_cycles =
@@ -104,6 +112,13 @@ class BusyPollGate {
                  : interval_;
     }
     next_ = cycles + step;
+  }
+
+  // Whether the thread was descheduled within the last kContendedCycles
+  // before `cycles`: a service turn then yields the CPU. Without a counter
+  // (0), always.
+  bool contended(uint64_t cycles) const {
+    return cycles == 0 || static_cast<int64_t>(contended_until_ - cycles) > 0;
   }
 
   // Cycles until the next service turn (for tests and statistics).
@@ -145,6 +160,7 @@ class BusyPollGate {
   uint64_t last_look_ = 0;  // cycles at the previous Due()
   uint64_t next_ = 0;       // cycles at which the next turn is due
   uint64_t interval_ = kBaseCycles;
+  uint64_t contended_until_ = 0;   // cycles: yield until then
   Deadline deadline_{};            // the deadline of the last Due()
   bool deadline_planned_ = false;  // deadline_cycles_ holds it
   uint64_t deadline_cycles_ = 0;

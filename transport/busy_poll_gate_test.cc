@@ -172,7 +172,26 @@ TEST(BusyPollGateTest, AThreadThatWasAwayServesAtOnceAndOftenAgain) {
   const std::vector<microseconds> after =
       thread.Spin(microseconds(10), kNoDeadline);
   EXPECT_EQ(after.size(), 1u);
-  EXPECT_LE(gate.interval(), BusyPollGate::kBaseCycles * 2);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
+  EXPECT_TRUE(gate.contended(thread.cycles()));
+}
+
+TEST(BusyPollGateTest, AContendedCpuIsYieldedEveryBaseIntervalForAWhile) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  EXPECT_FALSE(gate.contended(thread.cycles())) << "nobody took the CPU";
+  thread.Skip(milliseconds(2));  // descheduled
+  // For the next ~27 ms (kContendedCycles at 2.5 GHz) turns come every
+  // base interval (~210 us), each one yielding; then they spread out again.
+  const std::vector<microseconds> contended =
+      thread.Spin(milliseconds(20), kNoDeadline);
+  EXPECT_TRUE(gate.contended(thread.cycles()));
+  EXPECT_GE(contended.size(), 90u);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
+  thread.Spin(milliseconds(60), kNoDeadline);
+  EXPECT_FALSE(gate.contended(thread.cycles()));
+  EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
 }
 
 TEST(BusyPollGateTest, ACounterAtAnImplausibleRateIsNotPlannedBy) {

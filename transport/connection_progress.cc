@@ -279,8 +279,11 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   }
   ++env_waiters_;
   lock.unlock();
-  const int ready = env_.Wait(token, {fds, static_cast<size_t>(count)}, wake,
-                              busy ? WaitKind::kSpin : WaitKind::kBlock);
+  const int ready =
+      env_.Wait(token, {fds, static_cast<size_t>(count)}, wake,
+                !busy                             ? WaitKind::kBlock
+                : service_gate_.contended(cycles) ? WaitKind::kSpin
+                                                  : WaitKind::kPeek);
   lock.lock();
   --env_waiters_;
   if (!busy) event_waiter_ = false;

@@ -26,10 +26,10 @@ class RealEnv final : public Env {
 
   int Wait(uint64_t /*token*/, std::span<pollfd> fds, Deadline wake,
            WaitKind kind) override {
-    if (kind == WaitKind::kSpin) {
+    if (kind != WaitKind::kBlock) {
       int ready = 0;
       if (!fds.empty()) ready = PollOnce(fds, 0);
-      if (ready == 0) sched_yield();
+      if (ready == 0 && kind == WaitKind::kSpin) sched_yield();
       return ready;
     }
     if (fds.empty()) {

@@ -31,7 +31,8 @@
 // (handing over a lock-protected result, a completion moved into a queue)
 // calls Notify(). On the real clock Notify() costs nothing and Wait() is
 // poll(2) (kBlock) or poll(2) with a zero timeout plus sched_yield (kSpin,
-// for busy pollers).
+// for busy pollers) or without it (kPeek, for a busy poller that has not
+// been descheduled lately: a yield would only cost a system call).
 //
 // Threads on a virtual clock. Virtual time moves only when every
 // participating thread is blocked in Wait() and nothing has happened since
@@ -67,6 +68,7 @@ class SetupNetwork;
 enum class WaitKind {
   kBlock,  // sleep until an fd is readable, `wake` passes or (virtual) news
   kSpin,   // a busy poller's turn: look at the fds, give up the CPU once
+  kPeek,   // a busy poller's turn on a CPU it has to itself: the fds only
 };
 
 class Env {

@@ -124,6 +124,12 @@ inline constexpr uint64_t kProgressSignalBytes = 1 << 20;
 // runs of a 16 MiB READ). 256 KiB is 256 packets at rxe's 1024-byte MTU,
 // inside the 1000-packet backlog.
 inline constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
+// Under a cap on bytes in flight (kSoftRoceInFlightBytes, rdma_in_flight_bytes)
+// Write()/Read() cut pieces of at most cap / kRdmaPiecesUnderCap, so that
+// this many are on the wire together and the next goes out as the oldest
+// completes (64 KiB on rxe), instead of one piece of the whole cap stopping
+// the link while its completion comes back.
+inline constexpr uint64_t kRdmaPiecesUnderCap = 4;
 // After a failure, how long flush completions may take before the QP is
 // destroyed instead.
 inline constexpr std::chrono::milliseconds kFlushWait{1000};

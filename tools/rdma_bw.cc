@@ -7,6 +7,8 @@
 //   rdma_bw --self                                          # sim, one process
 //   rdma_bw --self --virtual_time --sizes=65536             # sim, virtual time
 //   rdma_bw --self --op=send --zero_copy --sizes=8,4096,1048576,67108864
+//   rdma_bw --self --virtual_time --op=send --zero_copy --send_mode=blocking
+//       --sizes=1048576                      # the one-at-a-time SendFrom()
 //   rdma_bw --backend=ibverbs --device=mlx5_1 --server --sizes=65536
 //   rdma_bw --backend=ibverbs --device=mlx5_0 --connect=10.0.0.2:18515
 //       --sizes=65536                                   # (one line)
@@ -378,10 +380,12 @@ class BwClient {
                   .c_str());
     std::printf(
         " messages         : SEND %s; slot %u B, %s\n",
-        flags_.messages.zero_copy
-            ? "zero copy (SendFrom; ReceiveBorrowed, ReceiveInto above the "
-              "slot)"
-            : "copied (Send, Receive)",
+        !flags_.messages.zero_copy ? "copied (Send, Receive)"
+        : flags_.send_windowed()
+            ? "zero copy (PostSendFrom; ReceiveBorrowed, ReceiveInto above "
+              "the slot)"
+            : "zero copy (SendFrom; ReceiveBorrowed, ReceiveInto above the "
+              "slot)",
         connection_.max_message_size(),
         connection_.path().rendezvous ? "larger ones by rendezvous"
                                       : "rendezvous off");

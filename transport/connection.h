@@ -253,7 +253,8 @@ class Connection final : private AsyncEventListener {
   // kFailedPrecondition without an engine; the errors of Write()/Read()
   // for bad ops; the connection's failure once it has failed. The memory
   // must stay registered and untouched (READ targets: unread) until the
-  // op's completion is taken. Pieces are cut as Write() cuts them.
+  // op's completion is taken. Pieces are as long as the port, the watchdog
+  // and Soft-RoCE allow (256 KiB on rxe; Write() cuts a quarter of the cap).
   //
   // Bytes in flight. On Soft-RoCE at most kSoftRoceInFlightBytes (or
   // ConnectionOptions::rdma_in_flight_bytes, on any device) of the

@@ -28,6 +28,8 @@
 #     PERF_BW_BLOCKING=1 also rdma_bw --write_mode=blocking after each
 #     and, for each byte count of PERF_BW_IN_FLIGHT, the windowed WRITE with
 #     --rdma_in_flight=N (tool rdma_bw_write_inflight_N in perf_bw.csv)
+#   PERF_BW_EXTRA: more rdma_bw flags for both ends of every bandwidth run
+#     (say "--slot_bytes=1048576 --window=16": 1 MiB SENDs go eagerly).
 #   PERF_LATENCY=0 leaves the latency part out, PERF_BW=0 the bandwidth.
 #   system calls, with PERF_STRACE=1: ib_send_lat, rdma_pingpong
 #     --inline=off and (PERF_ZERO_COPY=1) --inline=off --zero_copy, both
@@ -220,6 +222,9 @@ ours_bw() { # repeat, op (send|send_zero_copy|send_zero_copy_blocking|write|writ
       mode=(--write_mode=window --write_window="$bw_write_window" --rdma_in_flight="${op#write_inflight_}") ;;
   esac
   local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="${op%%_*}" --timeout="$tool_timeout")
+  # PERF_BW_EXTRA: split on spaces, on purpose.
+  local extra=()
+  if [[ -n "${PERF_BW_EXTRA:-}" ]]; then read -r -a extra <<<"$PERF_BW_EXTRA"; common+=("${extra[@]}"); fi
   run_pair "$name" \
     "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
     "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \

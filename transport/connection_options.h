@@ -37,11 +37,13 @@ struct ConnectionOptions {
   uint32_t send_slots = 64;
   // Largest message this side receives (the slot size) and sends.
   uint32_t max_message_size = 4096;
-  // Work requests per post in Write()/Read().
+  // Work requests per post in Write()/Read(), and of one such call on the
+  // send queue at most (connection.h, "One-sided").
   uint32_t max_rdma_batch = 32;
   // Bytes of RDMA in flight at most per connection, for Write()/Read() and
   // PostWrite()/PostRead(); 0: kSoftRoceInFlightBytes on Soft-RoCE, no cap
-  // elsewhere. (Pieces stay at most kSoftRoceInFlightBytes on Soft-RoCE.)
+  // elsewhere. (Pieces stay at most kSoftRoceInFlightBytes on Soft-RoCE;
+  // Write()/Read() cut cap / kRdmaPiecesUnderCap.)
   uint64_t rdma_in_flight_bytes = 0;
   // Messages larger than this many bytes go by rendezvous (connection.h,
   // "Rendezvous"): the receiver READs them from the sender's memory. 0, or

@@ -16,7 +16,7 @@ for flag in zero_copy slot_bytes; do
   expect "pingpong --help lists --$flag" nonzero "--$flag " -- "$pingpong" --help
 done
 for flag in op window batch ops_per_write write_mode write_window peer_device \
-    zero_copy slot_bytes; do
+    zero_copy slot_bytes send_mode; do
   expect "bw --help lists --$flag" nonzero "--$flag " -- "$bw" --help
 done
 expect "unknown flag" nonzero "Unknown command line flag 'bogus'" -- "$bw" --bogus
@@ -41,6 +41,7 @@ expect "two modes" 2 "choose one of --server" -- "$bw" --self --server
 expect "unknown profile" nonzero "cx7" -- "$pingpong" --profile=cx99
 expect "a short run" 0 "inline" -- "$pingpong" --self --iterations=20 --warmup=2 --sizes=8
 expect "bad write mode" 2 "--write_mode: want window or blocking" -- "$bw" --write_mode=async
+expect "bad send mode" 2 "--send_mode: want window or blocking" -- "$bw" --send_mode=async
 expect "write window out of range" 2 "--write_window must be in 1..4096" \
   -- "$bw" --write_window=0
 # The WRITE window on the simulator: a ring of 3 slots wraps many times in

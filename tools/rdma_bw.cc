@@ -7,6 +7,8 @@
 //   rdma_bw --self                                          # sim, one process
 //   rdma_bw --self --virtual_time --sizes=65536             # sim, virtual time
 //   rdma_bw --self --op=send --zero_copy --sizes=8,4096,1048576,67108864
+//   rdma_bw --self --virtual_time --op=send --zero_copy --send_mode=blocking
+//       --sizes=1048576                      # the one-at-a-time SendFrom()
 //   rdma_bw --backend=ibverbs --device=mlx5_1 --server --sizes=65536
 //   rdma_bw --backend=ibverbs --device=mlx5_0 --connect=10.0.0.2:18515
 //       --sizes=65536                                   # (one line)
@@ -14,22 +16,29 @@
 // Sizes (--sizes): 1 B..64 MiB. A SEND that fits the receive slot
 // (--slot_bytes; by default the largest size, within 512 B..64 KiB, or only
 // control messages with --op=write) goes eagerly, a larger one by
-// rendezvous (the receiver READs it, and the sender's call returns when it
-// has: one such message in flight at a time). Each SEND row ends with its
+// rendezvous (the receiver READs it; the blocking Send()/SendFrom() return
+// when it has, so they keep one such message in flight at a time, the
+// zero-copy window many). Each SEND row ends with its
 // path - eager, rndv or mixed - from the client's
 // ConnectionStats::rendezvous_sent over the size's messages. The server's
 // slot must be at least the client's: it refuses the plan otherwise, naming
 // the --slot_bytes to start it with.
 //
-// --zero_copy (SEND): the client sends by SendFrom() from a region
-// registered once (kRemoteRead), the server receives by ReceiveBorrowed()
-// when a message fits a slot (the view released once checked) or
-// ReceiveInto() a region registered once (kLocalWrite) when larger
-// (tools/bench_common.h, MessageSender and MessageReceiver); without it by
-// the copying Send() and Receive(). The server does as the client's plan
-// says. SendFrom() returns when the NIC is done with the memory, so an
-// eager message that does not go inline is in flight alone: --window bounds
-// the copying Send() only. WRITE is zero copy either way. Memory for the
+// --zero_copy (SEND): the client sends from memory registered once
+// (kRemoteRead), the server receives by ReceiveBorrowed() when a message
+// fits a slot (the view released once checked) or ReceiveInto() a region
+// registered once (kLocalWrite) when larger (tools/bench_common.h,
+// MessageReceiver); without it by the copying Send() and Receive(). The
+// server does as the client's plan says. How the client sends,
+// --send_mode: window (the default) puts its connection on an Engine and
+// keeps --window messages outstanding by PostSendFrom(), each from a slot
+// of its own of a ring (RingSlots: at most 256 MiB, so 64 MiB messages have
+// 4 slots), posting the next as each ends, as perftest's tx-depth does; a
+// rendezvous message ends when the peer has read it, so several are read
+// back to back. blocking: SendFrom() from one buffer, which returns when
+// the NIC (eager) or the peer (rendezvous) is done with the memory, so one
+// message is in flight at a time (MessageSender). The CSV's send_mode says
+// which (copy for Send()). WRITE is zero copy either way. Memory for the
 // largest size is allocated and registered before any timing.
 //
 // Counts: --iterations (5000) and --warmup (500) per size. Not given on the
@@ -40,8 +49,10 @@
 // 64 MiB size 4), and its row's "window" in the CSV says how many.
 //
 // Window: SEND keeps up to --window messages in flight (the transport's
-// send_slots and recv_slots, i.e. the credits). WRITE, --write_mode=window
-// (the default): the client's connection is on an Engine and keeps
+// send_slots and recv_slots, i.e. the credits, two of which the transport
+// keeps in reserve; default 128, ib_send_bw's tx-depth). WRITE,
+// --write_mode=window (the default): the client's connection is on an Engine
+// and keeps
 // --write_window operations outstanding continuously, posting a new one
 // (PostWrite) for each that completes, as perftest's tx-depth does; on
 // Soft-RoCE the transport holds what exceeds its in-flight cap
@@ -96,7 +107,12 @@ ABSL_FLAG(int64_t, warmup, 500,
           "untimed messages before them, per size; unless given, fewer "
           "above 64 KiB (at least 1)");
 ABSL_FLAG(int64_t, window, 128,
-          "SEND: messages in flight (send_slots and recv_slots)");
+          "SEND: messages in flight (send_slots and recv_slots; the zero-copy "
+          "window's messages outstanding, perftest's tx-depth)");
+ABSL_FLAG(std::string, send_mode, "window",
+          "SEND with --zero_copy: window (PostSendFrom on an engine, --window "
+          "messages outstanding continuously, each from a slot of its own) | "
+          "blocking (SendFrom(), one message at a time)");
 ABSL_FLAG(int64_t, batch, 32,
           "WRITE: work requests per chain (max_rdma_batch)");
 ABSL_FLAG(int64_t, ops_per_write, 32,
@@ -124,20 +140,21 @@ constexpr int kSlices = 10;
 // The fewest messages a size scaled down (CountFor) sends.
 constexpr uint64_t kMinIterations = kSlices;
 constexpr uint64_t kMinWarmup = 1;
-// The most bytes of one side's WRITE ring.
-constexpr uint64_t kWriteRingBytes = uint64_t{256} << 20;
+// The most bytes of one side's ring: the WRITE ring, or the zero-copy SEND
+// window's (--send_mode=window).
+constexpr uint64_t kRingBytes = uint64_t{256} << 20;
 
-// The WRITE ring of a size: `ring` slots, fewer where they would hold more
-// than kWriteRingBytes, at least one. Client and server compute it alike.
-uint64_t WriteRing(uint64_t ring, uint32_t size) {
-  return std::clamp<uint64_t>(kWriteRingBytes / size, 1, ring);
+// The ring of a size: `ring` slots, fewer where they would hold more than
+// kRingBytes, at least one. Client and server compute it alike.
+uint64_t RingSlots(uint64_t ring, uint32_t size) {
+  return std::clamp<uint64_t>(kRingBytes / size, 1, ring);
 }
 
-// The bytes of a WRITE ring for every size of `sizes`.
-uint64_t WriteRingBytes(uint64_t ring, const std::vector<uint32_t>& sizes) {
+// The bytes of a ring for every size of `sizes`.
+uint64_t RingBytes(uint64_t ring, const std::vector<uint32_t>& sizes) {
   uint64_t bytes = 0;
   for (uint32_t size : sizes) {
-    bytes = std::max(bytes, WriteRing(ring, size) * size);
+    bytes = std::max(bytes, RingSlots(ring, size) * size);
   }
   return bytes;
 }
@@ -152,6 +169,7 @@ struct BwFlags {
   int64_t batch = 0;
   int64_t ops_per_write = 0;
   std::string write_mode;  // window | blocking
+  std::string send_mode;   // window | blocking (zero-copy SEND only)
   int64_t write_window = 0;
   int64_t rdma_in_flight = 0;
   bool virtual_time = false;
@@ -169,6 +187,17 @@ struct BwFlags {
   }
 
   bool windowed() const { return write_mode == "window"; }
+  // SEND by a window of PostSendFrom() (zero copy only: the copying Send()
+  // is the blocking call either way).
+  bool send_windowed() const {
+    return messages.zero_copy && send_mode == "window";
+  }
+  // How SENDs go: window, blocking (SendFrom) or copy (Send).
+  std::string send_path() const {
+    return !messages.zero_copy ? "copy"
+           : send_windowed()   ? "window"
+                               : "blocking";
+  }
   // Slots of the WRITE ring: op k writes slot k mod this.
   int64_t ring() const { return windowed() ? write_window : ops_per_write; }
 
@@ -182,6 +211,7 @@ struct BwFlags {
     bw.batch = absl::GetFlag(FLAGS_batch);
     bw.ops_per_write = absl::GetFlag(FLAGS_ops_per_write);
     bw.write_mode = absl::GetFlag(FLAGS_write_mode);
+    bw.send_mode = absl::GetFlag(FLAGS_send_mode);
     bw.write_window = absl::GetFlag(FLAGS_write_window);
     bw.rdma_in_flight = absl::GetFlag(FLAGS_rdma_in_flight);
     bw.virtual_time = absl::GetFlag(FLAGS_virtual_time);
@@ -211,6 +241,13 @@ std::optional<std::string> DecodeHex(std::string_view hex) {
     bytes[i] = static_cast<char>(high * 16 + low);
   }
   return bytes;
+}
+
+// The bytes a SEND carries besides its stamps.
+void FillPattern(std::span<std::byte> memory) {
+  for (size_t i = 0; i < memory.size(); ++i) {
+    memory[i] = static_cast<std::byte>(i * 13 + 5);
+  }
 }
 
 struct BwResult {
@@ -323,10 +360,17 @@ class BwClient {
     std::printf(
         " connection       : %s\n"
         " device           : %s, inline %s (usable %u B), progress %s\n"
-        " window           : SEND %lld messages; WRITE %s\n",
+        " window           : SEND %s; WRITE %s\n",
         connection_.name().c_str(), connection_.context().device_name().c_str(),
         backend_flags_.inline_mode.c_str(), qp.usable_inline,
-        backend_flags_.progress.c_str(), static_cast<long long>(flags_.window),
+        backend_flags_.progress.c_str(),
+        flags_.send_windowed()
+            ? absl::StrCat(flags_.window,
+                           " messages outstanding (PostSendFrom on an engine)")
+                  .c_str()
+        : flags_.messages.zero_copy
+            ? "one message at a time (SendFrom, --send_mode=blocking)"
+            : absl::StrCat(flags_.window, " messages").c_str(),
         flags_.windowed()
             ? absl::StrCat(flags_.write_window,
                            " ops outstanding (PostWrite on an engine)")
@@ -336,10 +380,12 @@ class BwClient {
                   .c_str());
     std::printf(
         " messages         : SEND %s; slot %u B, %s\n",
-        flags_.messages.zero_copy
-            ? "zero copy (SendFrom; ReceiveBorrowed, ReceiveInto above the "
-              "slot)"
-            : "copied (Send, Receive)",
+        !flags_.messages.zero_copy ? "copied (Send, Receive)"
+        : flags_.send_windowed()
+            ? "zero copy (PostSendFrom; ReceiveBorrowed, ReceiveInto above "
+              "the slot)"
+            : "zero copy (SendFrom; ReceiveBorrowed, ReceiveInto above the "
+              "slot)",
         connection_.max_message_size(),
         connection_.path().rendezvous ? "larger ones by rendezvous"
                                       : "rendezvous off");
@@ -424,6 +470,7 @@ class BwClient {
                                   ? window
                                   : static_cast<uint64_t>(flags_.ops_per_write))
         .Add("write_mode", op == "send" ? std::string("-") : flags_.write_mode)
+        .Add("send_mode", op == "send" ? flags_.send_path() : std::string("-"))
         .Add("rdma_in_flight", static_cast<uint64_t>(flags_.rdma_in_flight))
         .Add("inline_mode", backend_flags_.inline_mode)
         .Add("usable_inline", connection_.usable_inline())
@@ -442,15 +489,13 @@ class BwClient {
     if (absl::Status status = StartPlan("send", &reply); !status.ok()) {
       return status;
     }
+    if (flags_.send_windowed()) return RunSendWindowed();
     const uint32_t largest = *std::max_element(sizes_.begin(), sizes_.end());
     // Memory for the largest size, allocated and registered before timing.
     absl::StatusOr<MessageSender> sender =
         MessageSender::Create(connection_, flags_.messages.zero_copy, largest);
     if (!sender.ok()) return sender.status();
-    std::span<std::byte> pattern = sender->message(largest);
-    for (size_t i = 0; i < pattern.size(); ++i) {
-      pattern[i] = static_cast<std::byte>(i * 13 + 5);
-    }
+    FillPattern(sender->message(largest));
     std::printf("%s\n", Header("Send", /*path=*/true).c_str());
     Marks marks(connection_.env());
     for (uint32_t size : sizes_) {
@@ -497,6 +542,125 @@ class BwClient {
     return absl::OkStatus();
   }
 
+  // --send_mode=window (zero copy): each size's messages from a ring of
+  // RingSlots(--window, size) slots of one region registered once
+  // (kRemoteRead: the peer READs those above the slot), kept outstanding
+  // by PostSendFrom() (SendWindowed). The server receives as for
+  // SendFrom(): it cannot tell the two apart.
+  absl::Status RunSendWindowed() {
+    const uint64_t flag_ring = static_cast<uint64_t>(flags_.window);
+    std::vector<std::byte> local(RingBytes(flag_ring, sizes_));
+    FillPattern(local);
+    absl::StatusOr<MemoryRegion> region =
+        connection_.context().RegisterMemory(local, kRemoteRead);
+    if (!region.ok()) return region.status();
+    std::printf("%s\n", Header("Send", /*path=*/true).c_str());
+    Marks marks(connection_.env());
+    for (uint32_t size : sizes_) {
+      const uint64_t ring = RingSlots(flag_ring, size);
+      const uint64_t count = flags_.Iterations(size);
+      const uint64_t warmup = flags_.Warmup(size);
+      const uint64_t rendezvous_before = connection_.stats().rendezvous_sent;
+      if (absl::Status status = SendWindowed(*region, local, ring, size, warmup,
+                                             1ull << 32, nullptr);
+          !status.ok()) {
+        return status;
+      }
+      if (absl::Status status =
+              ExpectText(connection_, scratch_, "ACK", Soon());
+          !status.ok()) {
+        return status;
+      }
+      marks.Start(count);
+      if (absl::Status status =
+              SendWindowed(*region, local, ring, size, count, 0, &marks);
+          !status.ok()) {
+        return status;
+      }
+      if (absl::Status status =
+              ExpectText(connection_, scratch_, "ACK", Soon());
+          !status.ok()) {
+        return status;
+      }
+      marks.Finish();
+      const uint64_t rendezvous_sent =
+          connection_.stats().rendezvous_sent - rendezvous_before;
+      Print("send", size, count, marks.Compute(size),
+            PathName(rendezvous_sent, warmup + count), ring, rendezvous_sent);
+    }
+    return region->Release();
+  }
+
+  // `count` SENDs of `size` bytes, message k from slot k mod `ring` of
+  // `local` (registered as `region`), stamped with StampValue(size,
+  // stamp_base + k), keeping up to `ring` of them outstanding: a slot is
+  // stamped again and posted once the message that last used it has ended
+  // (COMPLETED: sent, or by rendezvous read by the peer; a connection's
+  // operations end in posting order). A post refused for want of a credit
+  // or of room (kResourceExhausted) waits for the engine to make some.
+  absl::Status SendWindowed(const MemoryRegion& region,
+                            std::span<std::byte> local, uint64_t ring,
+                            uint32_t size, uint64_t count, uint64_t stamp_base,
+                            Marks* progress) {
+    uint64_t posted = 0;
+    uint64_t done = 0;
+    uint32_t idle = 0;
+    Deadline deadline = Soon();
+    uint64_t next_refresh = kDeadlineRefresh;
+    while (done < count) {
+      while (posted < count && posted - done < ring) {
+        const size_t offset = (posted % ring) * size;
+        Stamp(local.subspan(offset, size),
+              StampValue(size, stamp_base + posted));
+        absl::StatusOr<OpHandle> handle =
+            connection_.PostSendFrom(region, offset, size);
+        if (absl::IsResourceExhausted(handle.status())) break;
+        if (!handle.ok()) return handle.status();
+        ++posted;
+      }
+      if (absl::Status status = ReapWindow("SEND", size, posted - done,
+                                           deadline, idle, done, progress);
+          !status.ok()) {
+        return status;
+      }
+      if (done >= next_refresh) {
+        deadline = Soon();
+        next_refresh = done + kDeadlineRefresh;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // One turn of a window's wait: drives the engine and takes every
+  // operation it has ended, counting them in `done` (and `progress`); with
+  // none, spins as perftest does (in virtual time, waits on the engine: the
+  // simulated wire moves only then), looking at the clock now and then:
+  // kDeadlineExceeded once `deadline` has passed. An operation that did not
+  // end COMPLETED fails the run.
+  absl::Status ReapWindow(const char* op, uint32_t size, uint64_t outstanding,
+                          Deadline deadline, uint32_t& idle, uint64_t& done,
+                          Marks* progress) {
+    if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
+      if (connection_.env().virtual_time()) (void)engine_->Wait(deadline);
+      if (++idle % 4096 == 0 && connection_.env().Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            op, " size ", size, ": no completion in ", session_.timeout_s,
+            " s (", outstanding, " outstanding)"));
+      }
+      return absl::OkStatus();
+    }
+    while (std::optional<Completion> c = engine_->NextCompletion()) {
+      if (c->outcome != OpOutcome::kCompleted) {
+        return absl::Status(c->status.code(),
+                            absl::StrCat(op, " ", OpOutcomeName(c->outcome),
+                                         ": ", c->status.message()));
+      }
+      ++done;
+      if (progress != nullptr) progress->Progress(done);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status RunWrite() {
     std::string reply;
     if (absl::Status status = StartPlan("write", &reply); !status.ok()) {
@@ -517,9 +681,9 @@ class BwClient {
         std::span<const std::byte, RemoteRegion::kEncodedSize>(
             reinterpret_cast<const std::byte*>(encoded.data()),
             RemoteRegion::kEncodedSize));
-    // Each size's ring (WriteRing) from the start of one buffer.
+    // Each size's ring (RingSlots) from the start of one buffer.
     const size_t flag_ring = static_cast<size_t>(flags_.ring());
-    std::vector<std::byte> local(WriteRingBytes(flag_ring, sizes_));
+    std::vector<std::byte> local(RingBytes(flag_ring, sizes_));
     for (size_t i = 0; i < local.size(); ++i) {
       local[i] = static_cast<std::byte>(i * 11 + 3);
     }
@@ -531,7 +695,7 @@ class BwClient {
     std::vector<RdmaOp> ops(flag_ring);
     Marks marks(connection_.env());
     for (uint32_t size : sizes_) {
-      const size_t ring = WriteRing(flag_ring, size);
+      const size_t ring = RingSlots(flag_ring, size);
       // ops[j] writes local slot j to remote slot j.
       for (size_t j = 0; j < ring; ++j) {
         ops[j] = RdmaOp{&*region, j * size, size, remote, j * uint64_t{size}};
@@ -619,28 +783,10 @@ class BwClient {
         if (!first.ok()) return first.status();
         posted += n;
       }
-      if (engine_->Progress() == 0 && engine_->completions_ready() == 0) {
-        // Busy-poll as ib_write_bw does; the clock only now and then.
-        if (connection_.env().virtual_time()) {
-          // Simulated wire in virtual time: it moves only while this
-          // thread waits.
-          (void)engine_->Wait(deadline);
-        }
-        if (++idle % 4096 == 0 && connection_.env().Now() >= deadline) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "WRITE size ", size, ": no completion in ", session_.timeout_s,
-              " s (", posted - done, " outstanding)"));
-        }
-        continue;
-      }
-      while (std::optional<Completion> c = engine_->NextCompletion()) {
-        if (c->outcome != OpOutcome::kCompleted) {
-          return absl::Status(c->status.code(),
-                              absl::StrCat("WRITE ", OpOutcomeName(c->outcome),
-                                           ": ", c->status.message()));
-        }
-        ++done;
-        if (progress != nullptr) progress->Progress(done);
+      if (absl::Status status = ReapWindow("WRITE", size, posted - done,
+                                           deadline, idle, done, progress);
+          !status.ok()) {
+        return status;
       }
       if (done >= next_refresh) {
         deadline = Soon();
@@ -714,7 +860,7 @@ absl::Status ServeSend(Connection& connection, MessageReceiver& receiver,
 absl::Status ServeWrite(Connection& connection,
                         const std::vector<uint32_t>& sizes, uint64_t ring,
                         const SessionFlags& session) {
-  std::vector<std::byte> target(WriteRingBytes(ring, sizes));
+  std::vector<std::byte> target(RingBytes(ring, sizes));
   absl::StatusOr<MemoryRegion> region =
       connection.context().RegisterMemory(target, kRemoteWrite);
   if (!region.ok())
@@ -734,7 +880,7 @@ absl::Status ServeWrite(Connection& connection,
   }
   std::vector<std::byte> scratch(kControlMessageSize);
   for (uint32_t size : sizes) {
-    const uint64_t size_ring = WriteRing(ring, size);
+    const uint64_t size_ring = RingSlots(ring, size);
     // The WRITEs of a size take as long as they take (at 0.1 Gb/s, as rxe
     // under TCG, 2000 of 64 KiB take 10 s): no deadline here. A client that
     // vanishes still ends the wait, through the transport's keepalive
@@ -899,6 +1045,8 @@ int Main(int argc, char** argv) {
           ? absl::InvalidArgumentError("--ops_per_write must be in 1..65536")
       : bw.write_mode != "window" && bw.write_mode != "blocking"
           ? absl::InvalidArgumentError("--write_mode: want window or blocking")
+      : bw.send_mode != "window" && bw.send_mode != "blocking"
+          ? absl::InvalidArgumentError("--send_mode: want window or blocking")
       : bw.write_window < 1 || bw.write_window > 4096
           ? absl::InvalidArgumentError("--write_window must be in 1..4096")
       : bw.rdma_in_flight < 0
@@ -942,13 +1090,16 @@ int Main(int argc, char** argv) {
                 : bw.messages.Slot(largest);
   options.max_message_size = bw.slot;
 
-  // The WRITE window runs on an engine of the client's own; SEND-only runs
-  // keep the connection as it was.
+  // The WRITE window and the zero-copy SEND window run on an engine of the
+  // client's own; other runs keep the connection as it was.
+  const bool write_window = bw.op != "send" && bw.windowed();
+  const bool send_window = bw.op != "write" && bw.send_windowed();
   std::unique_ptr<Engine> engine;
-  if (bw.op != "send" && bw.windowed() && *mode != BenchMode::kServer) {
+  if ((write_window || send_window) && *mode != BenchMode::kServer) {
     EngineOptions engine_options;
     engine_options.max_connections = 1;
-    engine_options.max_async_ops = static_cast<uint32_t>(bw.write_window);
+    engine_options.max_async_ops = static_cast<uint32_t>(std::max(
+        write_window ? bw.write_window : 0, send_window ? bw.window : 0));
     absl::StatusOr<std::unique_ptr<Engine>> created =
         Engine::Create((*backend)->local(), engine_options);
     if (!created.ok()) {

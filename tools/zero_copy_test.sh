@@ -65,9 +65,12 @@ expect "pingpong 64 MiB" 0 "^67108864 +10 .* no +rndv$" -- \
 
 # Bandwidth, zero copy: the SEND rows say eager / rndv, the CSV counts
 # rendezvous (1 MiB: 312 timed + 31 warm-up), and WRITE runs beside them.
+# SEND by the window of PostSendFrom() (the default --send_mode): 128
+# messages outstanding, each from a slot of its own.
 csv="$tmp/bw_zero_copy.csv"
 expect "bw --zero_copy" 0 "messages +: SEND zero copy .*slot 65536 B" -- \
   "$bw" --self --virtual_time --zero_copy --sizes=8,4096,1048576 --csv="$csv"
+expect_line "bw --zero_copy: the SEND window" "window +: SEND 128 messages outstanding \(PostSendFrom on an engine\)"
 expect_line "bw --zero_copy 8 B eager" "^ 8 +5000 .* eager .*of the 400 Gb/s link$"
 expect_line "bw --zero_copy 4 KiB eager" "^ 4096 +5000 .* eager .*of the 400 Gb/s link$"
 expect_line "bw --zero_copy 1 MiB by rendezvous" "^ 1048576 +312 .* rndv .*of the 400 Gb/s link$"
@@ -76,17 +79,48 @@ csv_is "bw 4 KiB SEND: rendezvous_sent" "$csv" send 4096 rendezvous_sent 0
 csv_is "bw 1 MiB SEND: path" "$csv" send 1048576 path rndv
 csv_is "bw 1 MiB WRITE: path" "$csv" write 1048576 path -
 csv_is "bw 1 MiB WRITE: ring of 128" "$csv" write 1048576 window 128
+csv_is "bw 1 MiB SEND: window mode" "$csv" send 1048576 send_mode window
+csv_is "bw 1 MiB SEND: ring of 128" "$csv" send 1048576 window 128
+csv_is "bw 8 B SEND: window mode" "$csv" send 8 send_mode window
+
+# The SEND window smaller than the credits need: --window=4 is 4 slots and
+# 4 credits, two kept in reserve, so posts are refused for want of a
+# credit (kResourceExhausted) and wait for the engine; each slot is reused
+# many times (every message's stamps checked by the server: a wrong one
+# fails the run). Eager, eager from a slot, and rendezvous.
+csv="$tmp/bw_window_4.csv"
+expect "bw SEND window of 4" 0 "window +: SEND 4 messages outstanding" -- \
+  "$bw" --self --virtual_time --zero_copy --op=send --window=4 \
+  --sizes=8,40000,300000 --slot_bytes=65536 --iterations=60 --warmup=7 --csv="$csv"
+expect_line "bw SEND window of 4: 300000 B by rendezvous" "^ 300000 +60 .* rndv .*of the 400 Gb/s link$"
+expect_line "bw SEND window of 4: 40000 B eager" "^ 40000 +60 .* eager .*of the 400 Gb/s link$"
+csv_is "bw SEND window of 4: rendezvous_sent" "$csv" send 300000 rendezvous_sent 67
+csv_is "bw SEND window of 4: ring" "$csv" send 300000 window 4
+
+# The blocking SendFrom() is still there (--send_mode=blocking), one
+# message at a time.
+csv="$tmp/bw_blocking.csv"
+expect "bw SEND blocking" 0 "window +: SEND one message at a time \(SendFrom, --send_mode=blocking\)" -- \
+  "$bw" --self --virtual_time --zero_copy --op=send --send_mode=blocking \
+  --sizes=8,1048576 --iterations=20 --warmup=2 --csv="$csv"
+expect_line "bw SEND blocking 1 MiB by rendezvous" "^ 1048576 +20 .* rndv .*of the 400 Gb/s link$"
+csv_is "bw SEND blocking: send_mode" "$csv" send 1048576 send_mode blocking
+csv_is "bw SEND blocking: rendezvous_sent" "$csv" send 1048576 rendezvous_sent 22
 
 # Copying SEND above the slot, counts given.
+csv="$tmp/bw_copy.csv"
 expect "bw copying 1 MiB" 0 "^ 1048576 +20 .* rndv .*of the 400 Gb/s link$" -- \
-  "$bw" --self --virtual_time --op=send --sizes=1048576 --iterations=20 --warmup=2
+  "$bw" --self --virtual_time --op=send --sizes=1048576 --iterations=20 --warmup=2 --csv="$csv"
+csv_is "bw copying: send_mode" "$csv" send 1048576 send_mode copy
 
-# 64 MiB SEND (zero copy) and WRITE: 10 each; the WRITE ring is 4 slots
-# (256 MiB at most).
+# 64 MiB SEND (zero copy, the window) and WRITE: 10 each; each ring is 4
+# slots (256 MiB at most).
 csv="$tmp/bw_64m.csv"
 expect "bw 64 MiB SEND" 0 "^ 67108864 +10 .* rndv .*of the 400 Gb/s link$" -- \
   "$bw" --self --virtual_time --zero_copy --sizes=67108864 --csv="$csv"
 csv_is "bw 64 MiB WRITE: ring of 4" "$csv" write 67108864 window 4
+csv_is "bw 64 MiB SEND: ring of 4" "$csv" send 67108864 window 4
+csv_is "bw 64 MiB SEND: window mode" "$csv" send 67108864 send_mode window
 csv_is "bw 64 MiB WRITE: 10 iterations" "$csv" write 67108864 iterations 10
 
 finish

@@ -53,15 +53,21 @@
 // Without rendezvous (either side), a message larger than the peer's slot
 // is refused with kInvalidArgument.
 //
-// One-sided. Write()/Read() post chains of at most `max_rdma_batch` work
-// requests, signalling the last and at least one every kProgressSignalBytes,
-// wait for the last completion, and go on; at most one batch is
-// outstanding. An op longer than the port's max_msg_sz (8 MiB on rxe) is
-// split into several work requests. On Soft-RoCE at most 256 KiB is in
-// flight (its READ responder overflows a loaded host's veth queue and Linux
-// 6.1's rxe then never completes the READ). Each remote range is checked
-// against its RemoteRegion before anything is posted, each local range
-// against its MemoryRegion (Read needs kLocalWrite on it).
+// One-sided. Write()/Read() (and a rendezvous message's READ) keep a
+// pipeline of pieces on the send queue: at most `max_rdma_batch` work
+// requests of the call outstanding, posted in chains, each chain's last
+// signalled and at least one every kProgressSignalBytes; as completions come,
+// the next pieces go out, and the call returns when the last has completed.
+// An op longer than the port's max_msg_sz (8 MiB on rxe) is split into
+// several work requests. Under a cap on bytes in flight (on Soft-RoCE
+// 256 KiB: its READ responder overflows a loaded host's veth queue and Linux
+// 6.1's rxe then never completes the READ; or rdma_in_flight_bytes) the
+// send queue's signalled bytes outstanding never exceed it: pieces are a
+// quarter of the cap (kRdmaPiecesUnderCap; 64 KiB on rxe), each signalled,
+// so several are on the wire and the next is posted as the oldest completes.
+// Each remote range is checked against its RemoteRegion before anything is
+// posted, each local range against its MemoryRegion (Read needs kLocalWrite
+// on it).
 //
 // Progress. kBusyPoll spins on the completion queue (lowest latency; on
 // the real clock it looks at the clock, the setup stream and async events
@@ -164,6 +170,7 @@
 #include "transport/negotiation.h"
 #include "transport/peer_region.h"
 #include "transport/rdma_chain.h"
+#include "transport/rdma_pipeline.h"
 #include "transport/receive_reposts.h"
 #include "transport/received_message.h"
 #include "transport/send_queue_ledger.h"
@@ -246,7 +253,8 @@ class Connection final : private AsyncEventListener {
   // kFailedPrecondition without an engine; the errors of Write()/Read()
   // for bad ops; the connection's failure once it has failed. The memory
   // must stay registered and untouched (READ targets: unread) until the
-  // op's completion is taken. Pieces are cut as Write() cuts them.
+  // op's completion is taken. Pieces are as long as the port, the watchdog
+  // and Soft-RoCE allow (256 KiB on rxe; Write() cuts a quarter of the cap).
   //
   // Bytes in flight. On Soft-RoCE at most kSoftRoceInFlightBytes (or
   // ConnectionOptions::rdma_in_flight_bytes, on any device) of the
@@ -563,9 +571,15 @@ class Connection final : private AsyncEventListener {
   absl::Status PeerClosedError() const;
   absl::Status WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
                                 uint64_t seq, Deadline deadline);
+  // Moves `ops` through `chain`, keeping the call's work requests in
+  // `pipeline` (see "One-sided"); returns when every piece has completed,
+  // or, after a failure, once the NIC is done with the memory
+  // (QuiesceLocked). `ops_done`: the stats counter of whole ops, nullptr
+  // for a rendezvous READ (counted as a message).
   absl::Status RdmaLocked(std::unique_lock<std::mutex>& lock,
                           std::span<const RdmaOp> ops, bool is_write,
-                          RdmaChain& chain, uint64_t* ops_done);
+                          RdmaChain& chain, RdmaPipeline& pipeline,
+                          uint64_t* ops_done);
   absl::Status CheckRdmaOps(std::span<const RdmaOp> ops, bool is_write) const;
   void TearDownLocked();
 
@@ -601,6 +615,9 @@ class Connection final : private AsyncEventListener {
   absl::Status NoEngineError() const;
   // The longest piece one work request of Write()/Read()/PostWrite() moves.
   uint64_t MaxRdmaPieceLocked() const;
+  // The pieces of Write()/Read(): MaxRdmaPieceLocked(), and under a cap on
+  // bytes in flight `cap` / kRdmaPiecesUnderCap at most.
+  uint64_t PipelinedPieceLocked(uint64_t cap) const;
   // Takes mu_, counted in entering_ while waiting for it, so that a busy
   // poller holding it knows whether anybody wants it.
   // (Inline, connection_internal.h.)
@@ -724,13 +741,15 @@ class Connection final : private AsyncEventListener {
 
   // The chain Write()/Read() lay out, and the one PostQueuedAsyncLocked()
   // does: apart, because the latter runs from engine dispatch, which a
-  // Write() waiting for send queue room drives between laying out its
-  // chain and posting it.
+  // Write() drives while it waits for its pieces to complete.
   RdmaChain rdma_chain_;
   RdmaChain async_chain_;
+  // What of Write()/Read()'s chains is still on the send queue.
+  RdmaPipeline rdma_pipeline_;
   // A rendezvous READ's chain: Receive() may run beside a Write() (see
   // "Thread-safety"). Allocated at the first rendezvous message received.
   RdmaChain rendezvous_chain_;
+  RdmaPipeline rendezvous_pipeline_;
   bool rendezvous_chain_ready_ = false;
   // Windows bound by BindRegion(), shared with their PeerRegions; released
   // ones are dropped at the next bind, the rest at teardown.

@@ -299,13 +299,14 @@ absl::StatusOr<size_t> Connection::ReadRendezvousLocked(
   }
   PopArrivalLocked();
   if (!rendezvous_chain_ready_) {
+    rendezvous_pipeline_.Reset(options_.max_rdma_batch);
     rendezvous_chain_.Reset(options_.max_rdma_batch, engine_slot_,
                             inline_.usable_inline);
     rendezvous_chain_ready_ = true;
   }
   const RdmaOp read{local, local_offset, length, request, 0};
-  absl::Status status =
-      RdmaLocked(lock, {&read, 1}, false, rendezvous_chain_, nullptr);
+  absl::Status status = RdmaLocked(lock, {&read, 1}, false, rendezvous_chain_,
+                                   rendezvous_pipeline_, nullptr);
   // The request's slot is done with either way.
   RecycleSlotLocked(slot);
   if (!status.ok()) return status;

@@ -1,8 +1,10 @@
 // File: transport/connection_one_sided.cc
 //
 // One-sided RDMA: Write()/Read() (each op checked against its regions, cut
-// into pieces no longer than the port, the watchdog or Soft-RoCE allow,
-// posted in batches of at most max_rdma_batch with one outstanding) and
+// into pieces no longer than the port, the watchdog or a quarter of the cap
+// on bytes in flight allow, kept in a pipeline on the send queue: at most
+// max_rdma_batch work requests of the call and the cap's bytes, the next
+// pieces posted as the oldest complete) and
 // BindRegion() (a type 2 memory window bound to this QP, peer_region.h).
 
 #include <algorithm>
@@ -80,28 +82,48 @@ uint64_t Connection::RdmaInFlightCapLocked() const {
              : ~uint64_t{0};
 }
 
+uint64_t Connection::PipelinedPieceLocked(uint64_t cap) const {
+  const uint64_t max_piece = MaxRdmaPieceLocked();
+  if (cap == ~uint64_t{0}) return max_piece;
+  return std::min(max_piece, std::max<uint64_t>(cap / kRdmaPiecesUnderCap, 1));
+}
+
 absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
                                     std::span<const RdmaOp> ops, bool is_write,
-                                    RdmaChain& chain, uint64_t* ops_done) {
-  const uint64_t max_piece = MaxRdmaPieceLocked();
-  const uint64_t max_batch_bytes = RdmaInFlightCapLocked();
+                                    RdmaChain& chain, RdmaPipeline& pipeline,
+                                    uint64_t* ops_done) {
+  const uint64_t cap = RdmaInFlightCapLocked();
+  const uint64_t max_piece = PipelinedPieceLocked(cap);
+  // A completion at least every piece under a cap (room comes back as each
+  // piece is done) and every kProgressSignalBytes (the watchdog's progress).
+  const uint64_t signal_bytes = std::min(kProgressSignalBytes, max_piece);
+  pipeline.Clear();
   size_t op_index = 0;
   uint64_t op_offset = 0;  // bytes of ops[op_index] already posted
+  uint64_t last_seq = 0;
+  bool posted = false;
   while (op_index < ops.size()) {
-    // Lay out the next batch of pieces. Progress inside a large batch: a
-    // completion every kProgressSignalBytes, which the watchdog counts as
-    // progress.
+    pipeline.Retire(sq_.completed());
+    // The bytes on the NIC that a completion is still awaited for (work
+    // requests past the last signalled one report nothing until somebody
+    // posts again: counting them could wait for ever).
+    uint64_t in_flight =
+        sq_.signaled_end() > sq_.completed() ? sq_.BytesOutstanding() : 0;
+    // Lay out what may go now: within the call's max_rdma_batch work
+    // requests outstanding, the send queue's room and the cap.
     uint32_t ops_finished = 0;
-    chain.Begin(kProgressSignalBytes);
-    while (!chain.full() && op_index < ops.size() &&
-           chain.bytes() < max_batch_bytes) {
+    chain.Begin(signal_bytes);
+    while (op_index < ops.size() && !chain.full() &&
+           chain.size() < pipeline.room() && sq_.HasRoom(chain.size() + 1)) {
       const RdmaOp& op = ops[op_index];
       const uint64_t length = std::min(op.length - op_offset, max_piece);
+      if (in_flight > 0 && length > cap - std::min(cap, in_flight)) break;
       chain.Append(
           reinterpret_cast<uint64_t>(op.local->data() + op.local_offset) +
               op_offset,
           op.local->lkey(), op.remote.address + op.remote_offset + op_offset,
           op.remote.rkey, length, is_write);
+      in_flight += length;
       op_offset += length;
       if (op_offset >= op.length) {
         ++op_index;
@@ -109,30 +131,41 @@ absl::Status Connection::RdmaLocked(std::unique_lock<std::mutex>& lock,
         ++ops_finished;
       }
     }
+    if (chain.empty()) {
+      // Something signalled is outstanding (this call's pieces, or what
+      // holds the room or the bytes): its completion makes room.
+      const uint64_t seen = sq_.completed();
+      if (absl::Status status = WaitUntilLocked(
+              lock, kNoDeadline, [&] { return sq_.completed() != seen; },
+              "no room for RDMA in flight");
+          !status.ok()) {
+        // The NIC may still hold work requests naming the caller's memory.
+        QuiesceLocked(lock);
+        return status;
+      }
+      continue;
+    }
     chain.SignalLast();
     const uint32_t batch = chain.size();
-
-    if (absl::Status status = WaitUntilLocked(
-            lock, kNoDeadline, [&] { return sq_.HasRoom(batch); },
-            "no send queue room");
-        !status.ok()) {
-      return status;
-    }
-    const uint64_t last_seq = sq_.posted() + batch - 1;
+    const uint64_t first_seq = sq_.posted();
     if (absl::Status status = PostSendLocked(chain.head(), batch);
         !status.ok()) {
+      if (posted) QuiesceLocked(lock);
       return status;
     }
+    pipeline.Posted(first_seq, batch);
+    last_seq = first_seq + batch - 1;
+    posted = true;
     if (ops_done != nullptr) {
       stats_.rdma_bytes += chain.bytes();
       *ops_done += ops_finished;
     }
-    if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
-        !status.ok()) {
-      // The NIC may still hold work requests naming the caller's memory.
-      QuiesceLocked(lock);
-      return status;
-    }
+  }
+  if (!posted) return absl::OkStatus();
+  if (absl::Status status = WaitForSeqLocked(lock, last_seq, kNoDeadline);
+      !status.ok()) {
+    QuiesceLocked(lock);
+    return status;
   }
   return absl::OkStatus();
 }
@@ -144,7 +177,8 @@ absl::Status Connection::Write(std::span<const RdmaOp> ops) {
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
-  return RdmaLocked(lock, ops, true, rdma_chain_, &stats_.rdma_writes);
+  return RdmaLocked(lock, ops, true, rdma_chain_, rdma_pipeline_,
+                    &stats_.rdma_writes);
 }
 
 absl::Status Connection::Read(std::span<const RdmaOp> ops) {
@@ -154,7 +188,8 @@ absl::Status Connection::Read(std::span<const RdmaOp> ops) {
   std::unique_lock<std::mutex> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
-  return RdmaLocked(lock, ops, false, rdma_chain_, &stats_.rdma_reads);
+  return RdmaLocked(lock, ops, false, rdma_chain_, rdma_pipeline_,
+                    &stats_.rdma_reads);
 }
 
 absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,

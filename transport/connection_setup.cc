@@ -142,6 +142,7 @@ absl::Status Connection::CreateQueues() {
   arrived_.assign(o.recv_slots, Arrival{});
   send_slot_seq_.assign(o.send_slots, 0);
   rdma_chain_.Reset(o.max_rdma_batch, engine_slot_, inline_.usable_inline);
+  rdma_pipeline_.Reset(o.max_rdma_batch);
   if (engine_ != nullptr) {
     async_chain_.Reset(o.max_rdma_batch, engine_slot_, inline_.usable_inline);
   }
@@ -205,6 +206,7 @@ ConnectionFootprint Connection::Footprint(const ConnectionOptions& o,
       // rdma_chain_, and async_chain_ with an engine
       (engine != nullptr ? 2 : 1) * o.max_rdma_batch *
           (sizeof(ibv_send_wr) + sizeof(ibv_sge)) +
+      o.max_rdma_batch * RdmaPipeline::kBytesPerWr +         // rdma_pipeline_
       (engine != nullptr ? sq_depth * sizeof(AsyncOp) : 0);  // async_
   return footprint;
 }

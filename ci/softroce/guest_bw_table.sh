@@ -2,8 +2,9 @@
 # The bandwidth table of docs/performance.md, in Markdown, from guest_perf.sh's
 # perf_bw.csv: per size and operation, each repeat's Gb/s average (rN: repeat
 # N; a failed run has none), the medians and the ratio of the medians. The
-# zero-copy SEND (rdma_bw_send_zero_copy) and the blocking WRITE rows appear
-# when the CSV has them, each against the same perftest runs as its op.
+# zero-copy SEND rows (rdma_bw_send_zero_copy, the window; and
+# rdma_bw_send_zero_copy_blocking) and the blocking WRITE rows appear when
+# the CSV has them, each against the same perftest runs as its op.
 # Run by guest_perf.sh in the VM and by perf_docs_table.sh on the host.
 #
 #   guest_bw_table.sh perf_bw.csv [WRITE_WINDOW]   # the window, for the label
@@ -27,16 +28,16 @@ awk -F, -v window="$window" '
       printf "| ---: | --- | --- | ---: | --- | ---: | ---: |\n"
       n = 0; for (s in size) sorted[++n] = s + 0
       for (i = 2; i <= n; i++) { t = sorted[i]; for (j = i - 1; j >= 1 && sorted[j] > t; j--) sorted[j + 1] = sorted[j]; sorted[j + 1] = t }
-      # Rows 2 and 4 are optional (PERF_ZERO_COPY, PERF_BW_BLOCKING): shown
-      # when the run has them.
-      split("ib_send_bw ib_send_bw ib_write_bw ib_write_bw", theirs, " ")
-      split("rdma_bw_send rdma_bw_send_zero_copy rdma_bw_write rdma_bw_write_blocking", ours, " ")
-      split("SEND|SEND, zero copy (`--zero_copy`)|WRITE, window " window "|WRITE, blocking (`--write_mode=blocking`)", labels, "|")
+      # Rows 2, 3 and 5 are optional (PERF_ZERO_COPY, PERF_BW_BLOCKING):
+      # shown when the run has them.
+      split("ib_send_bw ib_send_bw ib_send_bw ib_write_bw ib_write_bw", theirs, " ")
+      split("rdma_bw_send rdma_bw_send_zero_copy rdma_bw_send_zero_copy_blocking rdma_bw_write rdma_bw_write_blocking", ours, " ")
+      split("SEND|SEND, zero copy (`--zero_copy`, window 128)|SEND, zero copy, blocking (`--send_mode=blocking`)|WRITE, window " window "|WRITE, blocking (`--write_mode=blocking`)", labels, "|")
       for (i = 1; i <= n; i++) {
-        for (o = 1; o <= 4; o++) {
+        for (o = 1; o <= 5; o++) {
           p = sorted[i] SUBSEP theirs[o]; q = sorted[i] SUBSEP ours[o]
           if (!(q in v) && !(p in v)) continue
-          if ((o == 2 || o == 4) && !(q in v)) continue
+          if ((o == 2 || o == 3 || o == 5) && !(q in v)) continue
           pm = (p in v) ? median(v[p]) : 0; qm = (q in v) ? median(v[q]) : 0
           printf "| %d | %s | %s | %s | %s | %s | %s |\n", sorted[i], labels[o], cell(p),
             (pm > 0 ? sprintf("%.3f", pm) : "n/a"), cell(q),

@@ -16,14 +16,20 @@
 #   PERF_REPEATS times, interleaved, for each operation of PERF_BW_OPS
 #   (default "send write"):
 #     ib_send_bw vs rdma_bw --op=send (and, with PERF_ZERO_COPY=1, rdma_bw
-#     --op=send --zero_copy: tool rdma_bw_send_zero_copy; above the slot,
-#     64 KiB at most, a SEND goes by rendezvous, the receiver READing it),
+#     --op=send --zero_copy --send_mode=window: tool rdma_bw_send_zero_copy,
+#     the window of PostSendFrom() on an engine, --window 128 as
+#     ib_send_bw's tx-depth; above the slot, 64 KiB at most, a SEND goes by
+#     rendezvous, the receiver READing it; with PERF_BW_BLOCKING=1 also the
+#     blocking SendFrom(), --send_mode=blocking: tool
+#     rdma_bw_send_zero_copy_blocking),
 #     ib_write_bw vs rdma_bw --op=write
 #     (the windowed WRITE, --write_mode=window: PERF_BW_WRITE_WINDOW ops
 #     outstanding, default 128 as ib_write_bw's tx-depth); with
 #     PERF_BW_BLOCKING=1 also rdma_bw --write_mode=blocking after each
 #     and, for each byte count of PERF_BW_IN_FLIGHT, the windowed WRITE with
 #     --rdma_in_flight=N (tool rdma_bw_write_inflight_N in perf_bw.csv)
+#   PERF_BW_EXTRA: more rdma_bw flags for both ends of every bandwidth run
+#     (say "--slot_bytes=1048576 --window=16": 1 MiB SENDs go eagerly).
 #   PERF_LATENCY=0 leaves the latency part out, PERF_BW=0 the bandwidth.
 #   system calls, with PERF_STRACE=1: ib_send_lat, rdma_pingpong
 #     --inline=off and (PERF_ZERO_COPY=1) --inline=off --zero_copy, both
@@ -205,16 +211,20 @@ perftest_bw() { # repeat, tool, size
   invalid=$((invalid + 1))
 }
 
-ours_bw() { # repeat, op (send|send_zero_copy|write|write_blocking|write_inflight_N), size
+ours_bw() { # repeat, op (send|send_zero_copy|send_zero_copy_blocking|write|write_blocking|write_inflight_N), size
   local r=$1 op=$2 bw_size=$3 name="rdma_bw-$2-$3-r$1" mode=()
   case "$op" in
-    send_zero_copy) mode=(--zero_copy) ;;
+    send_zero_copy) mode=(--zero_copy --send_mode=window) ;;
+    send_zero_copy_blocking) mode=(--zero_copy --send_mode=blocking) ;;
     write) mode=(--write_mode=window --write_window="$bw_write_window") ;;
     write_blocking) mode=(--write_mode=blocking) ;;
     write_inflight_*)
       mode=(--write_mode=window --write_window="$bw_write_window" --rdma_in_flight="${op#write_inflight_}") ;;
   esac
   local common=(rdma_bw --backend=ibverbs --sizes="$bw_size" --op="${op%%_*}" --timeout="$tool_timeout")
+  # PERF_BW_EXTRA: split on spaces, on purpose.
+  local extra=()
+  if [[ -n "${PERF_BW_EXTRA:-}" ]]; then read -r -a extra <<<"$PERF_BW_EXTRA"; common+=("${extra[@]}"); fi
   run_pair "$name" \
     "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
     "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
@@ -363,6 +373,7 @@ for ((r = 1; r <= repeats * bandwidth; r++)); do
           perftest_bw "$r" ib_send_bw "$size"
           ours_bw "$r" send "$size"
           if ((zero_copy)); then ours_bw "$r" send_zero_copy "$size"; fi
+          if ((zero_copy && bw_blocking)); then ours_bw "$r" send_zero_copy_blocking "$size"; fi
           ;;
         write)
           perftest_bw "$r" ib_write_bw "$size"
@@ -459,14 +470,15 @@ summarize() {
         printf "\n"
       }
       printf "\nBandwidth at %s B, Gb/s average: median of %d repeats [min-max]\n", bsize, repeats
-      split("ib_send_bw rdma_bw_send rdma_bw_send_zero_copy ib_write_bw rdma_bw_write", tools, " ")
-      for (i = 1; i <= 5; i++) {
+      split("ib_send_bw rdma_bw_send rdma_bw_send_zero_copy rdma_bw_send_zero_copy_blocking ib_write_bw rdma_bw_write", tools, " ")
+      for (i = 1; i <= 6; i++) {
         t = tools[i]
-        if (t in b) { m = median(b[t]); med[t] = m; printf "  %-22s %8.3f [%.3f-%.3f]\n", t, m, lo[0], hi[0] }
-        else printf "  %-22s      n/a\n", t
+        if (t in b) { m = median(b[t]); med[t] = m; printf "  %-31s %8.3f [%.3f-%.3f]\n", t, m, lo[0], hi[0] }
+        else if (t != "rdma_bw_send_zero_copy_blocking") printf "  %-31s      n/a\n", t
       }
       if (med["ib_send_bw"] > 0 && med["rdma_bw_send"] > 0) printf "  rdma_bw send / ib_send_bw:   %.2fx\n", med["rdma_bw_send"] / med["ib_send_bw"]
-      if (med["ib_send_bw"] > 0 && med["rdma_bw_send_zero_copy"] > 0) printf "  rdma_bw send zero copy / ib_send_bw: %.2fx\n", med["rdma_bw_send_zero_copy"] / med["ib_send_bw"]
+      if (med["ib_send_bw"] > 0 && med["rdma_bw_send_zero_copy"] > 0) printf "  rdma_bw send zero copy (window) / ib_send_bw: %.2fx\n", med["rdma_bw_send_zero_copy"] / med["ib_send_bw"]
+      if (med["ib_send_bw"] > 0 && med["rdma_bw_send_zero_copy_blocking"] > 0) printf "  rdma_bw send zero copy (blocking) / ib_send_bw: %.2fx\n", med["rdma_bw_send_zero_copy_blocking"] / med["ib_send_bw"]
       if (med["ib_write_bw"] > 0 && med["rdma_bw_write"] > 0) printf "  rdma_bw write / ib_write_bw: %.2fx\n", med["rdma_bw_write"] / med["ib_write_bw"]
     }' bsize="${bw_sizes[-1]}" "$lat_csv" bsize="${bw_sizes[-1]}" "$bw_csv"
 }

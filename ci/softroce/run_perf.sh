@@ -8,7 +8,7 @@
 #                           [--sizes "8 64 236 1024 4096"]
 #                           [--lat-tools "ib_send_lat inline_off"] [--bw-iterations N]
 #                           [--bw-sizes "4096 65536"] [--bw-ops "send write"]
-#                           [--write-window N] [--bw-blocking]
+#                           [--write-window N] [--bw-blocking] [--bw-extra "FLAGS"]
 #                           [--in-flight "1048576 ..."] [--no-zero-copy]
 #                           [--bw-only] [--no-bw] [--strace] [--strace-only]
 #                           [--strace-sizes "64"] [--strace-iterations "200 1000"]
@@ -24,10 +24,12 @@
 # four by default), --bw-ops the bandwidth operations (send, write; both by
 # default); --bw-only skips the latency runs, --no-bw the bandwidth runs;
 # --bw-blocking adds rdma_bw
-# --write_mode=blocking rows; --in-flight adds windowed WRITE runs with
+# --write_mode=blocking rows (and, with zero copy, --send_mode=blocking);
+# --bw-extra adds rdma_bw flags to both ends of every bandwidth run; --in-flight adds windowed WRITE runs with
 # --rdma_in_flight=N (perf_bw.csv). Zero copy is measured beside the copying
 # mode unless --no-zero-copy: rdma_pingpong --inline=off --zero_copy in the
-# latency runs, rdma_bw --op=send --zero_copy after each SEND. --strace adds
+# latency runs, rdma_bw --op=send --zero_copy (the PostSendFrom() window)
+# after each SEND. --strace adds
 # the system-call count (guest_perf.sh's PERF_STRACE=1: ib_send_lat and
 # rdma_pingpong, copy and zero copy, both sides under strace -c -f, at each
 # size of --strace-sizes, 64 B by default, and each round-trip count of
@@ -61,6 +63,7 @@ while (($#)); do
     --bw-sizes) envs+=(--env "PERF_BW_SIZES=${2:?}"); shift 2 ;;
     --write-window) envs+=(--env "PERF_BW_WRITE_WINDOW=${2:?}"); shift 2 ;;
     --bw-blocking) envs+=(--env "PERF_BW_BLOCKING=1"); shift ;;
+    --bw-extra) envs+=(--env "PERF_BW_EXTRA=${2:?}"); shift 2 ;;
     --in-flight) envs+=(--env "PERF_BW_IN_FLIGHT=${2:?}"); shift 2 ;;
     --lat-tools) envs+=(--env "PERF_LAT_TOOLS=${2:?}"); shift 2 ;;
     --bw-ops) envs+=(--env "PERF_BW_OPS=${2:?}"); shift 2 ;;
@@ -73,7 +76,7 @@ while (($#)); do
     --strace-iterations) envs+=(--env "PERF_STRACE_ITERATIONS=${2:?}"); shift 2 ;;
     --syscalls-by) envs+=(--env "PERF_SYSCALL_COUNTER=${2:?}"); shift 2 ;;
     --update-docs) update_docs=1; shift ;;
-    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;
   esac
 done

@@ -37,7 +37,8 @@
 #     alike); `perf report --stdio` by command and object, and by symbol,
 #     into perf-raw/profile-<tool>-*.txt, the tool's own figures beside
 #     them; and ib_send_lat once more under `strace -c -f` (its system
-#     calls by name: perf-raw/profile-ib_send_lat-*.strace).
+#     calls by name: perf-raw/profile-ib_send_lat-*.strace). Each sampled
+#     pair has PERF_PROFILE_TIMEOUT (900 s).
 #   system calls, with PERF_STRACE=1: ib_send_lat, rdma_pingpong
 #     --inline=off and (PERF_ZERO_COPY=1) --inline=off --zero_copy, both
 #     sides under `strace -c -f`, at each size of PERF_STRACE_SIZES (64) and
@@ -301,7 +302,8 @@ strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), 
 # reports beside it.
 profile_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy)
   local tool=$1 name="profile-$1-${profile_size}B" recorder
-  local step_timeout=$strace_timeout listen_tries=600
+  # Sampled, 20000 round trips outlast 300 s on a loaded host.
+  local step_timeout=${PERF_PROFILE_TIMEOUT:-900} listen_tries=600
   perf record -a -g -e cpu-clock -o "$raw/$name.data" -- sleep 100000 \
     >"$raw/$name.record.txt" 2>&1 &
   recorder=$!
@@ -311,7 +313,7 @@ profile_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy)
       ib_send_lat -d "$RXE_B" -x "$GID_B" -s "$profile_size" -n "$profile_iterations" -F -p @PORT@ -- \
       ib_send_lat -d "$RXE_A" -x "$GID_A" -s "$profile_size" -n "$profile_iterations" -F -p @PORT@ "$IP_B" || true
   else
-    local common=(rdma_pingpong --backend=ibverbs --sizes="$profile_size" --inline=off --zero_copy --timeout="$strace_timeout")
+    local common=(rdma_pingpong --backend=ibverbs --sizes="$profile_size" --inline=off --zero_copy --timeout="$step_timeout")
     run_pair "$name" \
       "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
       "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \

@@ -1,8 +1,9 @@
 // File: tests/connection_test_peer.h
 //
 // `ConnectionTestPeer` reaches into a Connection for what only a test needs:
-// making its process "die" as the kernel would show it to the peer, and
-// sending what a broken or hostile peer would. Test-only.
+// making its process "die" as the kernel would show it to the peer, sending
+// what a broken or hostile peer would, and counting what its waits did.
+// Test-only.
 //
 //   ConnectionTestPeer::SimulateProcessExit(*server);
 //   // the client's next wait fails at once with kUnavailable
@@ -34,6 +35,12 @@ class ConnectionTestPeer {
     }
     connection.setup_watched_ = false;
     connection.peer_goodbye_ = true;  // nothing more to learn from it
+  }
+
+  // PAUSE instructions the connection's busy-poll waits have executed.
+  static uint64_t SpinPauses(const Connection& connection) {
+    std::lock_guard<std::mutex> lock(connection.mu_);
+    return connection.spin_pauses_;
   }
 
   // Posts a SEND_WITH_IMM of `payload` (inline: at most usable_inline()

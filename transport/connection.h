@@ -69,16 +69,18 @@
 // posted, each local range against its MemoryRegion (Read needs kLocalWrite
 // on it).
 //
-// Progress. kBusyPoll spins on the completion queue (lowest latency; on
-// the real clock it looks at the clock, the setup stream and async events
-// and yields the CPU every 0.2 ms at first, then up to every 3 ms while
-// those looks find nothing, as its deadline and timers fall due by the
-// cycle counter, and every 0.2 ms again when the thread was descheduled:
-// busy_poll_gate.h. A spinning wait under steady traffic makes one system
-// call per hundreds of messages); kEvent sleeps on a completion channel. Every
-// wait goes through the Context's Env (verbs_shim/env.h): the real clock on
-// real devices, the fabric's virtual clock on the simulator, where a wait for a
-// deadline advances the fabric instead of sleeping.
+// Progress. kBusyPoll spins on the completion queue, polling again at once
+// after an empty poll, with no PAUSE unless another thread waits for the
+// connection's lock (lowest latency; on the real clock it looks at the clock,
+// the setup stream and async events every 0.2 ms at first, then up to every
+// 3 ms while those looks find nothing, as its deadline and timers fall due by
+// the cycle counter, and every 0.2 ms, yielding the CPU, for a while after the
+// thread was descheduled: busy_poll_gate.h. A spinning wait under steady
+// traffic makes one system call per hundreds of messages); kEvent sleeps on a
+// completion channel. Every wait goes through the Context's Env
+// (verbs_shim/env.h): the real clock on real devices, the fabric's virtual
+// clock on the simulator, where a wait for a deadline advances the fabric
+// instead of sleeping.
 //
 // Readiness (kEvent). event_fd() is readable exactly while a message waits
 // for Receive(), the connection has failed, or the peer has closed it, with
@@ -733,6 +735,9 @@ class Connection final : private AsyncEventListener {
   Clock::duration completion_timeout_{};
   uint64_t activity_seen_ = 0;
   uint32_t spin_turns_ = 0;
+  // PAUSEs the busy-poll waits executed: only to let in a thread waiting for
+  // mu_ (tests/connection_test_peer.h).
+  uint64_t spin_pauses_ = 0;
   BusyPollGate service_gate_;  // when a busy-poll look is a service turn
 
   uint32_t psn_ = 0;

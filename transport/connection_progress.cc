@@ -188,9 +188,9 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   // on (engine.h).
   const bool busy =
       engine_ != nullptr || options_.progress == ProgressMode::kBusyPoll;
-  // kBusyPoll: most turns only let the other thread in and pause; every
-  // kSpinTurns-th reads the cycle counter, and the gate says when a look is
-  // a service turn (the clock, the fds, a yield).
+  // kBusyPoll: most turns only poll again (letting in a thread that waits
+  // for the lock); every kSpinTurns-th reads the cycle counter, and the gate
+  // says when a look is a service turn (the clock, the fds, a yield).
   uint64_t cycles = 0;
   if (busy && ++spin_turns_ >= kSpinTurns && !env_.virtual_time()) {
     cycles = CycleCount();
@@ -198,13 +198,19 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
   }
   if (busy && spin_turns_ < kSpinTurns) {
     // Let in a thread that is waiting for the lock; otherwise keep it (each
-    // unlock/lock pair is two atomic operations, dear under emulation).
-    if (entering_.load(std::memory_order_relaxed) > 0) {
+    // unlock/lock pair is two atomic operations, dear under emulation) and
+    // poll again at once, as perftest does: no PAUSE. Under QEMU's TCG a
+    // PAUSE ends the vCPU's run of translated code and takes the global
+    // lock that the other vCPUs need for interrupts and devices; one per
+    // empty turn cost 5-20% of t_min and 2-10x t_typical against ib_send_lat
+    // over rxe (docs/performance.md, issue 12). On hardware the poll is a
+    // read of the CQ's memory, and a PAUSE (about 140 cycles on Skylake and
+    // later) only delays noticing a completion.
+    if (entering_.load(std::memory_order_relaxed) > 0) [[unlikely]] {
       lock.unlock();
-      CpuRelax();
+      CpuRelax();  // a moment for the other thread to take the lock
+      ++spin_pauses_;
       lock.lock();
-    } else {
-      CpuRelax();
     }
     return absl::OkStatus();
   }

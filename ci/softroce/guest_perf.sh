@@ -30,7 +30,21 @@
 #     --rdma_in_flight=N (tool rdma_bw_write_inflight_N in perf_bw.csv)
 #   PERF_BW_EXTRA: more rdma_bw flags for both ends of every bandwidth run
 #     (say "--slot_bytes=1048576 --window=16": 1 MiB SENDs go eagerly).
+#   variants, with PERF_VARIANTS="name:binary[:VAR=value,...] ...": after
+#     each size's zero-copy run, the same run with another rdma_pingpong
+#     binary (on PATH: run_perf.sh --variant copies it in) and environment,
+#     both sides; tool rdma_pingpong_<name>_zero_copy in perf_latency.csv,
+#     so that builds are compared within one run.
 #   PERF_LATENCY=0 leaves the latency part out, PERF_BW=0 the bandwidth.
+#   profile, with PERF_PROFILE=1: ib_send_lat and rdma_pingpong --inline=off
+#     --zero_copy at PERF_PROFILE_SIZE (64) B, PERF_PROFILE_ITERATIONS
+#     (20000) round trips each, under a system-wide `perf record -a -g -e
+#     cpu-clock` (both sides, the kernel's rxe work and the idle vCPU
+#     alike); `perf report --stdio` by command and object, and by symbol,
+#     into perf-raw/profile-<tool>-*.txt, the tool's own figures beside
+#     them; and ib_send_lat once more under `strace -c -f` (its system
+#     calls by name: perf-raw/profile-ib_send_lat-*.strace). Each sampled
+#     pair has PERF_PROFILE_TIMEOUT (900 s).
 #   system calls, with PERF_STRACE=1: ib_send_lat, rdma_pingpong
 #     --inline=off and (PERF_ZERO_COPY=1) --inline=off --zero_copy, both
 #     sides under `strace -c -f`, at each size of PERF_STRACE_SIZES (64) and
@@ -83,6 +97,7 @@ bw_blocking=${PERF_BW_BLOCKING:-0}
 read -r -a bw_in_flight <<<"${PERF_BW_IN_FLIGHT:-}"
 read -r -a lat_tools <<<"${PERF_LAT_TOOLS:-ib_send_lat ib_write_lat inline_off inline_auto}"
 read -r -a bw_ops <<<"${PERF_BW_OPS:-send write}"
+read -r -a variants <<<"${PERF_VARIANTS:-}"
 zero_copy=${PERF_ZERO_COPY:-0}
 latency=${PERF_LATENCY:-1}
 bandwidth=${PERF_BW:-1}
@@ -91,6 +106,9 @@ read -r -a strace_sizes <<<"${PERF_STRACE_SIZES:-64}"
 read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-200 1000}"
 strace_timeout=${PERF_STRACE_TIMEOUT:-300}
 syscall_counter=${PERF_SYSCALL_COUNTER:-strace}  # strace | perf
+profile_mode=${PERF_PROFILE:-0}
+profile_size=${PERF_PROFILE_SIZE:-64}
+profile_iterations=${PERF_PROFILE_ITERATIONS:-20000}
 step_timeout=${PERF_STEP_TIMEOUT:-120}
 # Our tools' --timeout bounds 256 messages at a time (tools/bench_common.h):
 # 256 MiB of 1 MiB SENDs take longer than its default 10 s on a loaded host,
@@ -174,6 +192,12 @@ ours_lat() { # repeat, size, inline mode (off|auto), [zero_copy]
   local r=$1 size=$2 mode=$3 tool="rdma_pingpong_inline_$3${4:+_$4}"
   local name="rdma_pingpong-inline_$3${4:+_$4}-$2B-r$1"
   local common=(rdma_pingpong --backend=ibverbs --sizes="$size" --inline="$mode" --timeout="$tool_timeout")
+  # A variant (PERF_VARIANTS): its binary, under its environment.
+  if [[ -n "${variant_name:-}" ]]; then
+    tool="rdma_pingpong_${variant_name}_zero_copy"
+    name="rdma_pingpong-$variant_name-$2B-r$1"
+    common=(env ${variant_env[@]+"${variant_env[@]}"} "$variant_binary" "${common[@]:1}")
+  fi
   if [[ "${4:-}" == zero_copy ]]; then common+=(--zero_copy); fi
   run_pair "$name" \
     "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
@@ -283,6 +307,40 @@ strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), 
   done
 }
 
+# --- Where the time goes (PERF_PROFILE=1) --------------------------------------
+# One pair under a system-wide sampling profile: $raw/profile-<tool>.data,
+# reports beside it.
+profile_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy)
+  local tool=$1 name="profile-$1-${profile_size}B" recorder
+  # Sampled, 20000 round trips outlast 300 s on a loaded host.
+  local step_timeout=${PERF_PROFILE_TIMEOUT:-900} listen_tries=600
+  perf record -a -g -e cpu-clock -o "$raw/$name.data" -- sleep 100000 \
+    >"$raw/$name.record.txt" 2>&1 &
+  recorder=$!
+  sleep 2 # perf attaches to every CPU
+  if [[ "$tool" == ib_send_lat ]]; then
+    run_pair "$name" \
+      ib_send_lat -d "$RXE_B" -x "$GID_B" -s "$profile_size" -n "$profile_iterations" -F -p @PORT@ -- \
+      ib_send_lat -d "$RXE_A" -x "$GID_A" -s "$profile_size" -n "$profile_iterations" -F -p @PORT@ "$IP_B" || true
+  else
+    local common=(rdma_pingpong --backend=ibverbs --sizes="$profile_size" --inline=off --zero_copy --timeout="$step_timeout")
+    run_pair "$name" \
+      "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
+      "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
+      --iterations="$profile_iterations" --warmup=100 || true
+  fi
+  # perf record's child is the sleep: stop that; perf writes its file and exits.
+  pkill -INT -P "$recorder" sleep 2>/dev/null || true
+  kill -INT "$recorder" 2>/dev/null || true
+  wait "$recorder" 2>/dev/null || true
+  local report=(perf report -i "$raw/$name.data" --stdio --no-children)
+  "${report[@]}" --sort comm,dso -g none >"$raw/$name-by-dso.txt" 2>&1 || true
+  "${report[@]}" --sort comm,dso,sym -g none --percent-limit 0.3 >"$raw/$name-by-sym.txt" 2>&1 || true
+  "${report[@]}" --sort comm,sym -g caller,0.5,callee --percent-limit 2 >"$raw/$name-callgraph.txt" 2>&1 || true
+  echo "guest_perf: profile of $tool:"
+  grep -v '^#' "$raw/$name-by-dso.txt" | grep . | head -25
+}
+
 # Per size, per syscall: calls per round trip of each tool's client, server
 # and both, from the smallest and the largest round-trip count.
 strace_summary() {
@@ -362,6 +420,13 @@ for ((r = 1; r <= repeats * latency; r++)); do
       esac
     done
     if ((zero_copy)); then ours_lat "$r" "$size" off zero_copy; fi
+    for variant in ${variants[@]+"${variants[@]}"}; do
+      IFS=: read -r variant_name variant_binary variant_spec <<<"$variant"
+      variant_env=()
+      if [[ -n "$variant_spec" ]]; then IFS=, read -r -a variant_env <<<"$variant_spec"; fi
+      ours_lat "$r" "$size" off zero_copy
+      variant_name=''
+    done
   done
   echo "guest_perf: latency repeat $r done after ${SECONDS}s"
 done
@@ -415,6 +480,28 @@ if ((strace_mode)); then
     strace_summary | tee "$strace_table"
   fi
   echo "guest_perf: system call counts done after ${SECONDS}s"
+fi
+
+if ((profile_mode)); then
+  if ! command -v perf >/dev/null; then
+    echo "guest_perf: PERF_PROFILE=1 but no perf in the guest (install it on the host: build_initramfs.sh takes it from there)" >&2
+    failures=$((failures + 1))
+  else
+    echo 0 >/proc/sys/kernel/kptr_restrict 2>/dev/null || true
+    echo -1 >/proc/sys/kernel/perf_event_paranoid 2>/dev/null || true
+    profile_run ib_send_lat
+    profile_run rdma_pingpong_zero_copy
+    if command -v strace >/dev/null; then
+      name="profile-ib_send_lat-${profile_size}B-strace"
+      step_timeout=$strace_timeout run_pair "$name" \
+        strace -c -f -o "$raw/$name-server.strace" \
+        ib_send_lat -d "$RXE_B" -x "$GID_B" -s "$profile_size" -n 2000 -F -p @PORT@ -- \
+        strace -c -f -o "$raw/$name-client.strace" \
+        ib_send_lat -d "$RXE_A" -x "$GID_A" -s "$profile_size" -n 2000 -F -p @PORT@ "$IP_B" || true
+      cat "$raw/$name-client.strace" || true
+    fi
+  fi
+  echo "guest_perf: profiles done after ${SECONDS}s"
 fi
 
 # --- The table: per size, the median over repeats of each run's figure, and

@@ -13,6 +13,8 @@
 #                           [--bw-only] [--no-bw] [--strace] [--strace-only]
 #                           [--strace-sizes "64"] [--strace-iterations "200 1000"]
 #                           [--syscalls-by strace|perf]
+#                           [--profile] [--profile-only]
+#                           [--variant NAME=BINARY[:VAR=value,...]]...
 #                           [--update-docs]
 #
 # DIR (default .cache/softroce-perf in the checkout) receives
@@ -36,7 +38,13 @@
 # --strace-iterations, two counts whose difference gives calls per round
 # trip) into perf_strace.csv and perf_strace_table.txt; --strace-only runs
 # that alone; --syscalls-by perf counts with perf stat (raw_syscalls
-# tracepoint: nothing stopped, totals only) instead of strace. --update-docs puts perf_bw_table.md and the load into
+# tracepoint: nothing stopped, totals only) instead of strace. --profile
+# adds guest_perf.sh's PERF_PROFILE=1 (ib_send_lat and rdma_pingpong
+# --zero_copy at 64 B under a system-wide perf record -g -e cpu-clock;
+# reports in vm/<suite>/perf-raw/profile-*.txt), --profile-only runs that
+# alone. --variant (repeatable) runs another rdma_pingpong build, with its
+# own environment, after each zero-copy latency run (tool
+# rdma_pingpong_NAME_zero_copy in perf_latency.csv). --update-docs puts perf_bw_table.md and the load into
 # docs/performance.md between its rxe-bw-table markers (perf_docs_table.sh),
 # so the table there is this run's, not typed in. With several
 # $SOFTROCE_KERNELS the first kernel's files are copied to DIR, the others
@@ -51,6 +59,7 @@ repo=$(cd "$here/../.." && pwd)
 
 out_dir="$repo/.cache/softroce-perf"
 envs=()
+variants=() variant_files=()
 zero_copy=1
 update_docs=0
 while (($#)); do
@@ -75,12 +84,22 @@ while (($#)); do
     --strace-sizes) envs+=(--env "PERF_STRACE_SIZES=${2:?}"); shift 2 ;;
     --strace-iterations) envs+=(--env "PERF_STRACE_ITERATIONS=${2:?}"); shift 2 ;;
     --syscalls-by) envs+=(--env "PERF_SYSCALL_COUNTER=${2:?}"); shift 2 ;;
+    --variant)
+      # NAME=BINARY[:VAR=value,...]: another rdma_pingpong build, in the guest
+      # as rdma_pingpong_NAME (guest_perf.sh PERF_VARIANTS).
+      spec=${2:?}; vname=${spec%%=*}; rest=${spec#*=}; vbin=${rest%%:*}
+      venv=''; if [[ "$rest" == *:* ]]; then venv=${rest#*:}; fi
+      variant_files+=(--file "$(cd "$(dirname "$vbin")" && pwd)/$(basename "$vbin"):/usr/local/bin/rdma_pingpong_$vname")
+      variants+=("$vname:rdma_pingpong_$vname${venv:+:$venv}"); shift 2 ;;
+    --profile) envs+=(--env "PERF_PROFILE=1"); shift ;;
+    --profile-only) envs+=(--env "PERF_PROFILE=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
     --update-docs) update_docs=1; shift ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h|--help) sed -n "2,$(grep -m1 -n 'SOFTROCE_TIMEOUT bounds the VM' "$0" | cut -d: -f1)p" "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;
   esac
 done
 envs+=(--env "PERF_ZERO_COPY=$zero_copy")
+if ((${#variants[@]})); then envs+=(--env "PERF_VARIANTS=${variants[*]}"); fi
 mkdir -p "$out_dir"
 out_dir=$(cd "$out_dir" && pwd)
 rm -rf "$out_dir/vm" "$out_dir"/perf_*.csv "$out_dir"/perf_*.txt "$out_dir"/perf_*.md
@@ -104,6 +123,7 @@ SOFTROCE_GUEST=smoke SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1500} \
   "$here/run_ci_stage.sh" --out-dir "$out_dir/vm" \
   --file "$bin_dir/tools/rdma_pingpong:/usr/local/bin/rdma_pingpong" \
   --file "$bin_dir/tools/rdma_bw:/usr/local/bin/rdma_bw" \
+  ${variant_files[@]+"${variant_files[@]}"} \
   ${envs[@]+"${envs[@]}"} --guest-script "$here/guest_perf.sh" || status=$?
 
 kill "$sampler" 2>/dev/null || true

@@ -186,7 +186,9 @@ class OneSidedPipelineTest : public ::testing::TestWithParam<PipelineCase> {
     local_mr_ = MemoryRegion();
     remote_mr_ = MemoryRegion();
     contexts_.clear();
-    if (fabric_ != nullptr) EXPECT_EQ(LeakReportText(*fabric_), "");
+    if (fabric_ != nullptr) {
+      EXPECT_EQ(LeakReportText(*fabric_), "");
+    }
   }
 
   Env& env() { return fabric_->env(); }
@@ -285,7 +287,9 @@ TEST_P(OneSidedPipelineTest, ManyOpsKeepAtMostMaxRdmaBatchWorkRequests) {
   E2E_ASSERT_OK(client_->Write(ops));
   EXPECT_LE(verbs_->most_rdma(), kMaxRdmaBatch);
   EXPECT_GT(verbs_->most_rdma(), 1u);
-  if (cap() > 0) EXPECT_LE(verbs_->most_bytes(), cap());
+  if (cap() > 0) {
+    EXPECT_LE(verbs_->most_bytes(), cap());
+  }
   std::vector<bool> written(remote_.size(), false);
   for (const RdmaOp& op : ops) {
     for (uint64_t i = 0; i < op.length; ++i) {
@@ -296,7 +300,9 @@ TEST_P(OneSidedPipelineTest, ManyOpsKeepAtMostMaxRdmaBatchWorkRequests) {
     }
   }
   for (size_t i = 0; i < remote_.size(); ++i) {
-    if (!written[i]) ASSERT_EQ(remote_[i], std::byte{0}) << "gap byte " << i;
+    if (!written[i]) {
+      ASSERT_EQ(remote_[i], std::byte{0}) << "gap byte " << i;
+    }
   }
   EXPECT_EQ(client_->stats().rdma_writes, ops.size());
   E2E_ASSERT_OK(client_->Close(env().DeadlineIn(seconds(5))));

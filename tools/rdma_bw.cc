@@ -602,24 +602,39 @@ class BwClient {
                             std::span<std::byte> local, uint64_t ring,
                             uint32_t size, uint64_t count, uint64_t stamp_base,
                             Marks* progress) {
+    return RunWindow("SEND", size, count, progress,
+                     [&](uint64_t& posted, uint64_t done) -> absl::Status {
+                       while (posted < count && posted - done < ring) {
+                         const size_t offset = (posted % ring) * size;
+                         Stamp(local.subspan(offset, size),
+                               StampValue(size, stamp_base + posted));
+                         absl::StatusOr<OpHandle> handle =
+                             connection_.PostSendFrom(region, offset, size);
+                         if (absl::IsResourceExhausted(handle.status())) break;
+                         if (!handle.ok()) return handle.status();
+                         ++posted;
+                       }
+                       return absl::OkStatus();
+                     });
+  }
+
+  // The loop of a window of `count` operations of `size` bytes: `refill`
+  // (posted, done) posts what it can and advances `posted`; ReapWindow()
+  // then takes what has ended into `done`, until all `count` have.
+  template <typename Refill>
+  absl::Status RunWindow(const char* op, uint32_t size, uint64_t count,
+                         Marks* progress, Refill refill) {
     uint64_t posted = 0;
     uint64_t done = 0;
     uint32_t idle = 0;
     Deadline deadline = Soon();
     uint64_t next_refresh = kDeadlineRefresh;
     while (done < count) {
-      while (posted < count && posted - done < ring) {
-        const size_t offset = (posted % ring) * size;
-        Stamp(local.subspan(offset, size),
-              StampValue(size, stamp_base + posted));
-        absl::StatusOr<OpHandle> handle =
-            connection_.PostSendFrom(region, offset, size);
-        if (absl::IsResourceExhausted(handle.status())) break;
-        if (!handle.ok()) return handle.status();
-        ++posted;
+      if (absl::Status status = refill(posted, done); !status.ok()) {
+        return status;
       }
-      if (absl::Status status = ReapWindow("SEND", size, posted - done,
-                                           deadline, idle, done, progress);
+      if (absl::Status status = ReapWindow(op, size, posted - done, deadline,
+                                           idle, done, progress);
           !status.ok()) {
         return status;
       }
@@ -762,38 +777,26 @@ class BwClient {
                              uint64_t count, uint64_t stamp_base,
                              Marks* progress) {
     const uint64_t ring = slots.size();
-    uint64_t posted = 0;
-    uint64_t done = 0;
-    uint32_t idle = 0;
-    Deadline deadline = Soon();
-    uint64_t next_refresh = kDeadlineRefresh;
-    while (done < count) {
-      // Refill: every free slot, as one post, in slot order (a run that
-      // wraps round the ring is two posts).
-      while (posted < count && posted - done < ring) {
-        const uint64_t first_slot = posted % ring;
-        const uint64_t n = std::min(
-            {count - posted, ring - (posted - done), ring - first_slot});
-        for (uint64_t j = 0; j < n; ++j) {
-          Stamp(local.subspan((first_slot + j) * size, size),
-                StampValue(size, stamp_base + posted + j));
-        }
-        absl::StatusOr<OpHandle> first =
-            connection_.PostWrite(slots.subspan(first_slot, n));
-        if (!first.ok()) return first.status();
-        posted += n;
-      }
-      if (absl::Status status = ReapWindow("WRITE", size, posted - done,
-                                           deadline, idle, done, progress);
-          !status.ok()) {
-        return status;
-      }
-      if (done >= next_refresh) {
-        deadline = Soon();
-        next_refresh = done + kDeadlineRefresh;
-      }
-    }
-    return absl::OkStatus();
+    return RunWindow(
+        "WRITE", size, count, progress,
+        [&](uint64_t& posted, uint64_t done) -> absl::Status {
+          // Every free slot, as one post, in slot order (a run that wraps
+          // round the ring is two posts).
+          while (posted < count && posted - done < ring) {
+            const uint64_t first_slot = posted % ring;
+            const uint64_t n = std::min(
+                {count - posted, ring - (posted - done), ring - first_slot});
+            for (uint64_t j = 0; j < n; ++j) {
+              Stamp(local.subspan((first_slot + j) * size, size),
+                    StampValue(size, stamp_base + posted + j));
+            }
+            absl::StatusOr<OpHandle> first =
+                connection_.PostWrite(slots.subspan(first_slot, n));
+            if (!first.ok()) return first.status();
+            posted += n;
+          }
+          return absl::OkStatus();
+        });
   }
 
   Connection& connection_;

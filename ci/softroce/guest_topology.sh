@@ -54,9 +54,11 @@ softroce_gid_index() {
 }
 
 # Waits until rxe device $1 is ACTIVE and has a RoCE v2 GID for $2; prints it.
+# Up to 30 s: usually at once, but under TCG on a loaded host the netdev
+# events that add the GID can lag by seconds.
 _topology_wait_gid() {
   local dev=$1 ip=$2 index
-  for _ in {1..100}; do
+  for _ in {1..300}; do
     if [[ "$(cat "/sys/class/infiniband/$dev/ports/1/state" 2>/dev/null)" == *ACTIVE* ]] &&
       index=$(softroce_gid_index "$dev" "$ip"); then
       echo "$index"

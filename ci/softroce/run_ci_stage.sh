@@ -134,6 +134,16 @@ only_known_failures() {
   done <<<"$fails"
 }
 
+# infra_reason DIR: the reason of an infrastructure failure, one line: the
+# guest's own INFRASTRUCTURE FAILURE line (topology, modules), else
+# run_vm.sh's.
+infra_reason() {
+  local line
+  line=$(LC_ALL=C grep -a -h 'INFRASTRUCTURE FAILURE' "$1/vm-console.log" 2>/dev/null | tail -n 1 | tr -d '\r')
+  [[ -n "$line" ]] || line=$(grep -h 'INFRASTRUCTURE FAILURE' "$1/run_vm.log" 2>/dev/null | tail -n 1)
+  echo "${line:-no reason recorded (see $1/run_vm.log)}"
+}
+
 # run_kernel SUITE: fetch that suite's kernel, boot it, run the guest script.
 # Sets kernel_status and appends to the report.
 report=()
@@ -153,17 +163,41 @@ run_kernel() {
   # The performance run only on the first kernel: it is not judged, and
   # three of them would cost minutes.
   [[ "$suite" == "${kernels[0]}" ]] || extra_env=(--env SOFTROCE_PERF=0)
-  banner "VM ($suite, $(basename "$kernel_dir"))"
-  "$here/run_vm.sh" --guest-script "$guest_script" --kernel-dir "$kernel_dir" \
-    --out-dir "$dir" --timeout "${SOFTROCE_TIMEOUT:-600}" \
-    --env "RDMA_TEST_SCALE=${RDMA_TEST_SCALE:-10}" "${extra_env[@]}" "${binaries[@]}" "$@" &
-  run_vm_pid=$!
+  # An infrastructure failure (status 90: qemu, the guest kernel, modules,
+  # the topology) says nothing about the code under test: the VM is booted
+  # again, up to $SOFTROCE_INFRA_RETRIES more times (default 1), and the
+  # report names every such failure and its reason. The failed attempt's
+  # artifacts stay in DIR/<suite>.infra-N.
+  local attempt=0 retries=${SOFTROCE_INFRA_RETRIES:-1} infra_notes=()
   while :; do
-    kernel_status=0
-    wait "$run_vm_pid" || kernel_status=$?
-    kill -0 "$run_vm_pid" 2>/dev/null || break # else wait was cut short by a signal
+    if ((attempt == 0)); then
+      banner "VM ($suite, $(basename "$kernel_dir"))"
+    else
+      banner "VM ($suite, $(basename "$kernel_dir")), attempt $((attempt + 1)) after an infrastructure failure"
+    fi
+    "$here/run_vm.sh" --guest-script "$guest_script" --kernel-dir "$kernel_dir" \
+      --out-dir "$dir" --timeout "${SOFTROCE_TIMEOUT:-600}" \
+      --env "RDMA_TEST_SCALE=${RDMA_TEST_SCALE:-10}" "${extra_env[@]}" "${binaries[@]}" "$@" &
+    run_vm_pid=$!
+    while :; do
+      kernel_status=0
+      wait "$run_vm_pid" || kernel_status=$?
+      kill -0 "$run_vm_pid" 2>/dev/null || break # else wait was cut short by a signal
+    done
+    run_vm_pid=''
+    ((kernel_status == EXIT_INFRA && interrupted == 0)) || break
+    local reason
+    reason=$(infra_reason "$dir")
+    infra_notes+=("attempt $((attempt + 1)): $reason")
+    echo "run_ci_stage: INFRASTRUCTURE FAILURE on $suite (attempt $((attempt + 1))): $reason"
+    echo "run_ci_stage: last lines of the guest console:"
+    tail -n 25 "$dir/vm-console.log" 2>/dev/null | tr -d '\r' | sed 's/^/  | /' || true
+    ((attempt < retries)) || break
+    attempt=$((attempt + 1))
+    rm -rf "$dir.infra-$attempt"
+    mv "$dir" "$dir.infra-$attempt"
+    mkdir -p "$dir"
   done
-  run_vm_pid=''
   local known=''
   if ((kernel_status >= 1 && kernel_status <= 89)) && only_known_failures "$suite" "$dir"; then
     known=" (KNOWN FAILURE: $(grep '^FAIL ' "$dir/summary.txt" | sed 's/.*; failed: //'), see run_ci_stage.sh)"
@@ -180,6 +214,8 @@ run_kernel() {
   echo "artifacts:   $dir ($(find "$dir" -type f | wc -l) files)"
   echo "VM time:     $((SECONDS - start))s"
   echo "result:      $(verdict_of "$kernel_status")$known"
+  local note
+  for note in ${infra_notes[@]+"${infra_notes[@]}"}; do echo "infra:       $note"; done
 
   # One line for the closing report: e2e count, QP pair, TOS verdict.
   local e2e qp tos
@@ -199,6 +235,7 @@ run_kernel() {
   fi
   report+=("$(printf '%-9s %-22s e2e %-18s QP pair %-10s %s; %s (%ss)' "$suite" "$(basename "$kernel_dir")" \
     "${e2e:-none}" "${qp:-none}" "$tos" "$(verdict_of "$kernel_status" | cut -d: -f1)${known:+ with known failure}" "$((SECONDS - start))")")
+  for note in ${infra_notes[@]+"${infra_notes[@]}"}; do report+=("          infrastructure failure, $note"); done
 }
 
 for suite in "${kernels[@]}"; do

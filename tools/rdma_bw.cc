@@ -784,7 +784,7 @@ class BwClient {
           // round the ring is two posts).
           while (posted < count && posted - done < ring) {
             const uint64_t first_slot = posted % ring;
-            const uint64_t n = std::min(
+            uint64_t n = std::min(
                 {count - posted, ring - (posted - done), ring - first_slot});
             for (uint64_t j = 0; j < n; ++j) {
               Stamp(local.subspan((first_slot + j) * size, size),
@@ -792,6 +792,17 @@ class BwClient {
             }
             absl::StatusOr<OpHandle> first =
                 connection_.PostWrite(slots.subspan(first_slot, n));
+            // Large ops take several work requests each (pieces of the
+            // port's max_msg_sz, or of Soft-RoCE's in-flight cap): when the
+            // send queue cannot take them all, post half as many, and with
+            // one op that does not fit, wait for completions to make room.
+            while (absl::IsResourceExhausted(first.status()) && n > 1) {
+              n /= 2;
+              first = connection_.PostWrite(slots.subspan(first_slot, n));
+            }
+            if (absl::IsResourceExhausted(first.status()) && posted > done) {
+              break;
+            }
             if (!first.ok()) return first.status();
             posted += n;
           }

@@ -27,7 +27,8 @@
 #     outstanding, default 128 as ib_write_bw's tx-depth); with
 #     PERF_BW_BLOCKING=1 also rdma_bw --write_mode=blocking after each
 #     and, for each byte count of PERF_BW_IN_FLIGHT, the windowed WRITE with
-#     --rdma_in_flight=N (tool rdma_bw_write_inflight_N in perf_bw.csv)
+#     --rdma_in_flight=N (tool rdma_bw_write_inflight_N in perf_bw.csv);
+#     op "read": ib_read_bw alone (the rendezvous' READ, as a baseline)
 #   PERF_BW_EXTRA: more rdma_bw flags for both ends of every bandwidth run
 #     (say "--slot_bytes=1048576 --window=16": 1 MiB SENDs go eagerly).
 #   variants, with PERF_VARIANTS="name:binary[:VAR=value,...] ...": after
@@ -446,6 +447,7 @@ for ((r = 1; r <= repeats * bandwidth; r++)); do
           if ((bw_blocking)); then ours_bw "$r" write_blocking "$size"; fi
           for n in ${bw_in_flight[@]+"${bw_in_flight[@]}"}; do ours_bw "$r" "write_inflight_$n" "$size"; done
           ;;
+        read) perftest_bw "$r" ib_read_bw "$size" ;; # the rendezvous' own operation: perftest's only
         *) echo "guest_perf: unknown operation in PERF_BW_OPS: $op" >&2; failures=$((failures + 1)) ;;
       esac
     done

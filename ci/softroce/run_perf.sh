@@ -23,8 +23,9 @@
 # (/proc/loadavg every 5 s); DIR/vm holds every artifact of the VM (each
 # tool's raw output under perf-raw/, console log). --lat-tools picks the
 # latency runs (ib_send_lat, ib_write_lat, inline_off, inline_auto: all
-# four by default), --bw-ops the bandwidth operations (send, write; both by
-# default); --bw-only skips the latency runs, --no-bw the bandwidth runs;
+# four by default), --bw-ops the bandwidth operations (send, write, read:
+# ib_read_bw alone; send and write by default); --bw-only skips the latency
+# runs, --no-bw the bandwidth runs;
 # --bw-blocking adds rdma_bw
 # --write_mode=blocking rows (and, with zero copy, --send_mode=blocking);
 # --bw-extra adds rdma_bw flags to both ends of every bandwidth run; --in-flight adds windowed WRITE runs with

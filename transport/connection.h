@@ -255,8 +255,11 @@ class Connection final : private AsyncEventListener {
   // kFailedPrecondition without an engine; the errors of Write()/Read()
   // for bad ops; the connection's failure once it has failed. The memory
   // must stay registered and untouched (READ targets: unread) until the
-  // op's completion is taken. Pieces are as long as the port, the watchdog
-  // and Soft-RoCE allow (256 KiB on rxe; Write() cuts a quarter of the cap).
+  // op's completion is taken. Pieces are cut as Write()'s: as long as the
+  // port and the watchdog allow, and under a cap on bytes in flight a
+  // quarter of the cap (64 KiB on rxe). A batch of more work requests than
+  // the send queue can hold (a 64 MiB op on rxe: 1,024 pieces) is accepted
+  // when no other op waits to be posted, and goes out piece by piece.
   //
   // Bytes in flight. On Soft-RoCE at most kSoftRoceInFlightBytes (or
   // ConnectionOptions::rdma_in_flight_bytes, on any device) of the

@@ -118,15 +118,24 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     return absl::InvalidArgumentError(
         absl::StrCat(name_, ": no operations to post"));
   }
-  const uint64_t max_piece = MaxRdmaPieceLocked();
+  const uint64_t max_piece = PipelinedPieceLocked(RdmaInFlightCapLocked());
   uint64_t wrs = 0;
   for (const RdmaOp& op : ops) {
     wrs += op.length == 0 ? 1 : (op.length + max_piece - 1) / max_piece;
   }
-  // Queued work requests hold their room: once accepted, an op always fits.
+  // Queued work requests hold their room, so that a window of ops gets
+  // back-pressure here rather than a queue that grows. A batch of more
+  // work requests than the send queue can ever hold (a 64 MiB op is 1,024
+  // pieces on rxe) is accepted when no other op waits to be posted,
+  // charged all the room there is, and goes out piece by piece.
   const uint64_t sq_used = sq_.posted() - sq_.completed() + async_.queued_wrs;
   const uint64_t sq_free = sq_used < sq_.depth() ? sq_.depth() - sq_used : 0;
-  if (wrs + kControlReserve > sq_free ||
+  const bool oversized = wrs + kControlReserve > sq_.depth();
+  const uint64_t charged =
+      oversized && async_.queued_wrs == 0 && sq_free > kControlReserve
+          ? sq_free - kControlReserve
+          : wrs;
+  if (charged + kControlReserve > sq_free ||
       async_.count + ops.size() > async_.capacity() ||
       !engine_->HasOpRoom(static_cast<uint32_t>(ops.size()))) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -156,14 +165,16 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
   }
   // No clock read: the engine's service turns compare (engine.h).
   async_.deadline = std::min(async_.deadline, deadline);
-  async_.queued_wrs += wrs;
+  async_.queued_wrs += charged;
   PostQueuedAsyncLocked();
   return first;
 }
 
 void Connection::PostQueuedAsyncLocked() {
-  const uint64_t max_piece = MaxRdmaPieceLocked();
   const uint64_t cap = RdmaInFlightCapLocked();
+  // Under a cap, pieces of a quarter of it, as Write()'s: several on the
+  // wire, the next posted as the oldest completes.
+  const uint64_t max_piece = PipelinedPieceLocked(cap);
   // Under a cap, a completion every quarter of it, so that room comes back
   // in steps while the rest is still on the wire.
   const uint64_t signal_bytes =

@@ -42,8 +42,8 @@ struct ConnectionOptions {
   uint32_t max_rdma_batch = 32;
   // Bytes of RDMA in flight at most per connection, for Write()/Read() and
   // PostWrite()/PostRead(); 0: kSoftRoceInFlightBytes on Soft-RoCE, no cap
-  // elsewhere. (Pieces stay at most kSoftRoceInFlightBytes on Soft-RoCE;
-  // Write()/Read() cut cap / kRdmaPiecesUnderCap.)
+  // elsewhere. Under a cap, Write()/Read() and PostWrite()/PostRead() cut
+  // pieces of cap / kRdmaPiecesUnderCap.
   uint64_t rdma_in_flight_bytes = 0;
   // Messages larger than this many bytes go by rendezvous (connection.h,
   // "Rendezvous"): the receiver READs them from the sender's memory. 0, or
@@ -127,10 +127,10 @@ inline constexpr uint64_t kProgressSignalBytes = 1 << 20;
 // inside the 1000-packet backlog.
 inline constexpr uint64_t kSoftRoceInFlightBytes = 256 << 10;
 // Under a cap on bytes in flight (kSoftRoceInFlightBytes, rdma_in_flight_bytes)
-// Write()/Read() cut pieces of at most cap / kRdmaPiecesUnderCap, so that
-// this many are on the wire together and the next goes out as the oldest
-// completes (64 KiB on rxe), instead of one piece of the whole cap stopping
-// the link while its completion comes back.
+// Write()/Read() (and PostWrite()/PostRead()) cut pieces of at most cap /
+// kRdmaPiecesUnderCap, so that this many are on the wire together and the next
+// goes out as the oldest completes (64 KiB on rxe), instead of one piece of the
+// whole cap stopping the link while its completion comes back.
 inline constexpr uint64_t kRdmaPiecesUnderCap = 4;
 // After a failure, how long flush completions may take before the QP is
 // destroyed instead.

@@ -301,17 +301,27 @@ TEST_F(EngineSendTest, SendsAndWritesEndInPostingOrderBehindARendezvous) {
     posted.push_back(*handle);
     is_write[*handle] = true;
   };
+  // A send goes on the wire behind the WRITEs posted before it: while some
+  // wait for the cap it is refused, and is posted again as they go out.
+  size_t refused_behind_writes = 0;
   auto send = [&](uint64_t op, size_t length) {
     absl::StatusOr<OpHandle> handle = PostOp(op, length);
+    while (absl::IsResourceExhausted(handle.status()) &&
+           client_->async_ops_queued() > 0) {
+      ++refused_behind_writes;
+      ASSERT_NO_FATAL_FAILURE(Turn());
+      handle = PostOp(op, length);
+    }
     ASSERT_TRUE(handle.ok()) << handle.status();
     posted.push_back(*handle);
     is_write[*handle] = false;
   };
-  // WRITEs past the 256 KiB cap wait in the connection; the sends behind
-  // them go out at once and still end after them.
+  // WRITEs past the 256 KiB cap wait in the connection; the send behind
+  // them waits until they have all gone out, and ends after them.
   for (size_t k = 0; k < 6; ++k) ASSERT_NO_FATAL_FAILURE(write(k));
   ASSERT_GT(client_->async_ops_queued(), 0u);
   ASSERT_NO_FATAL_FAILURE(send(0, 64));
+  EXPECT_GT(refused_behind_writes, 0u);
   ASSERT_NO_FATAL_FAILURE(send(1, big));
   // Behind the unread rendezvous message: a WRITE and a small send.
   ASSERT_NO_FATAL_FAILURE(write(6));

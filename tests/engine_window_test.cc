@@ -237,6 +237,37 @@ TEST_P(EngineWindowTest, AnOpLongerThanTheSendQueueGoesOutPieceByPiece) {
   E2E_ASSERT_OK(client_->Close(env().DeadlineIn(seconds(5))));
 }
 
+// RC's order holds on every device: a message posted after WRITEs reaches
+// the peer after their bytes. On rxe, where the cap holds most of the
+// window back, PostSendFrom() is refused meanwhile and Send() waits.
+TEST_P(EngineWindowTest, AMessageAfterQueuedWritesArrivesAfterTheirBytes) {
+  OpHandle first = 0;
+  ASSERT_NO_FATAL_FAILURE(PostEverySlot(&first));
+  std::vector<std::byte> note(64, std::byte{0x4e});
+  MemoryRegion note_mr = Register(0, note, kLocalOnly);
+  absl::StatusOr<OpHandle> posted = client_->PostSendFrom(note_mr, 0, 64);
+  if (soft_roce()) {
+    ASSERT_TRUE(absl::IsResourceExhausted(posted.status())) << posted.status();
+    EXPECT_NE(posted.status().message().find("in-flight cap"),
+              std::string::npos)
+        << posted.status();
+    E2E_ASSERT_OK(client_->Send(note, env().DeadlineIn(seconds(10))));
+    EXPECT_EQ(client_->async_ops_queued(), 0u);
+  } else {
+    ASSERT_TRUE(posted.ok()) << posted.status();
+  }
+  std::vector<std::byte> got(64);
+  absl::StatusOr<size_t> n =
+      server_->Receive(got, env().DeadlineIn(seconds(10)));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 64u);
+  // Every WRITE posted before the message has landed.
+  EXPECT_EQ(std::memcmp(target_.data(), source_.data(), target_.size()), 0);
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectCompletedInOrder(first, soft_roce() ? kSlots : kSlots + 1));
+  E2E_ASSERT_OK(client_->Close(env().DeadlineIn(seconds(5))));
+}
+
 TEST_P(EngineWindowTest, CloseGoesAfterEveryQueuedPiece) {
   OpHandle first = 0;
   ASSERT_NO_FATAL_FAILURE(PostEverySlot(&first));

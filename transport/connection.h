@@ -298,10 +298,11 @@ class Connection final : private AsyncEventListener {
   // connection fails first (a SEND posted and not completed:
   // OUTCOME_UNKNOWN). Ops of a connection end in posting order, WRITEs and
   // READs included. The range must stay registered and untouched until then.
-  // On the wire it goes at once, as Send() does: one-sided ops still waiting
-  // for Soft-RoCE's in-flight cap (see PostWrite()) go out after it, so the
-  // peer may see the message before their bytes land (it still ends after
-  // them); to follow WRITEs, post it once they have ended.
+  // On the wire it goes after every op posted before it, as RC orders a
+  // send queue: while one-sided ops wait for Soft-RoCE's in-flight cap (see
+  // PostWrite()), PostSendFrom() is refused (kResourceExhausted) and
+  // Send()/SendFrom() wait, so a message that follows WRITEs reaches the
+  // peer after their bytes have landed, on every device.
   //
   // A message longer than rendezvous_threshold() goes by rendezvous when
   // path().rendezvous (kRemoteRead needed on the region, else
@@ -313,7 +314,8 @@ class Connection final : private AsyncEventListener {
   //
   // Never waits: kResourceExhausted, with nothing posted, when there is no
   // send credit (the peer has not returned them: it is not receiving),
-  // no send-queue room (two entries kept for control messages), no op slot
+  // one-sided ops ahead of it held by the in-flight cap, no send-queue room
+  // (two entries kept for control messages), no op slot
   // (the connection's, one per send-queue entry, or the engine's
   // max_async_ops) or, for a rendezvous request too long to go inline, no
   // free send slot - drive the engine (Progress()/Wait()) and post again.

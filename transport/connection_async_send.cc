@@ -33,6 +33,10 @@ absl::Status Connection::SendRoomLocked(bool copy) const {
     missing =
         "no send credit (the peer has not returned any: it is not "
         "receiving)";
+  } else if (async_.posted < async_.count) {
+    missing =
+        "one-sided operations posted before it still wait for the in-flight "
+        "cap (a message goes on the wire after them)";
   } else if (1 + kControlReserve > sq_free) {
     missing = "no send queue room";
   } else if (async_.count >= async_.capacity()) {
@@ -110,9 +114,9 @@ absl::StatusOr<OpHandle> Connection::PostSendFrom(const MemoryRegion& region,
     return seq.status();
   }
 
-  // Already on the send queue: counted posted unless one-sided ops ahead
-  // of it still wait for the in-flight cap (PostQueuedAsyncLocked passes
-  // over it then). No clock read: the engine's service turns compare.
+  // Already on the send queue, behind every op before it (SendRoomLocked
+  // refused while one-sided ops waited for the in-flight cap). No clock
+  // read: the engine's service turns compare.
   const bool all_posted = async_.posted == async_.count;
   AsyncOp& op = async_.At(async_.count);
   op = {};

@@ -145,19 +145,27 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
     const MemoryRegion* from, Deadline deadline, ImmKind kind) {
   const bool send_inline = ShouldSendInline(size, inline_.usable_inline);
   const bool copy = !send_inline && from == nullptr;
+  // A message goes on the wire after every one-sided op posted before it:
+  // while Soft-RoCE's in-flight cap holds some back, it waits for them
+  // (PostSendFrom() refuses), so the peer never sees it before their bytes.
   absl::Status ready = WaitUntilLocked(
       lock, deadline,
       [&] {
         return peer_closed_ ||
                (send_credits_.CanSendData() && sq_.HasRoom(1) &&
+                async_.posted == async_.count &&
                 (!copy || send_slot_seq_[next_send_slot_] <= sq_.completed()));
       },
       "no send credit or slot");
   if (!ready.ok()) [[unlikely]] {
     if (absl::IsDeadlineExceeded(ready) && failure_.ok()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(ready.message(), " (", send_credits_.available(),
-                       " credits; the peer is not receiving)"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          ready.message(), " (", send_credits_.available(), " credits",
+          async_.posted == async_.count
+              ? "; the peer is not receiving)"
+              : absl::StrCat("; ", async_.count - async_.posted,
+                             " one-sided operation(s) ahead of it still wait "
+                             "for the in-flight cap)")));
     }
     return ready;
   }

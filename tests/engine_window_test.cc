@@ -218,6 +218,14 @@ TEST_P(EngineWindowTest, AnOpLongerThanTheSendQueueGoesOutPieceByPiece) {
   MemoryRegion big_mr = Register(0, big, kLocalOnly);
   MemoryRegion big_target_mr = Register(1, big_target, kRemoteWrite);
   const RdmaOp op{&big_mr, 0, big.size(), big_target_mr.remote(), 0};
+  if (soft_roce()) {
+    // Two such ops in one batch: never, and the refusal says so.
+    const RdmaOp two[] = {op, op};
+    absl::StatusOr<OpHandle> both = client_->PostWrite(two);
+    ASSERT_TRUE(absl::IsResourceExhausted(both.status())) << both.status();
+    EXPECT_NE(both.status().message().find("post fewer"), std::string::npos)
+        << both.status();
+  }
   absl::StatusOr<OpHandle> first = client_->PostWrite({&op, 1});
   ASSERT_TRUE(first.ok()) << first.status();
   const RdmaOp small = SlotOp(0);
@@ -225,6 +233,25 @@ TEST_P(EngineWindowTest, AnOpLongerThanTheSendQueueGoesOutPieceByPiece) {
   if (soft_roce()) {
     EXPECT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
     EXPECT_EQ(client_->async_ops_queued(), 1u);
+    // A 1 MiB op (16 pieces) is refused as long as the pieces still waiting
+    // fill the send queue (docs/resources.md: depth send_slots +
+    // max_rdma_batch + 4; 2 entries kept for control messages).
+    constexpr uint64_t kPiece = kSoftRoceInFlightBytes / kRdmaPiecesUnderCap;
+    const uint64_t depth = kSlots + ConnectionOptions{}.max_rdma_batch + 4;
+    const uint64_t pieces = big.size() / kPiece;
+    const RdmaOp again{&big_mr, 0, 1 << 20, big_target_mr.remote(), 0};
+    int refusals = 0;
+    for (int turn = 0; turn < 200; ++turn) {
+      ASSERT_NO_FATAL_FAILURE(Turn());
+      const uint64_t waiting = pieces - WrsPosted();
+      if (waiting + (1 << 20) / kPiece + 2 <= depth) break;
+      absl::StatusOr<OpHandle> refused = client_->PostWrite({&again, 1});
+      ASSERT_TRUE(absl::IsResourceExhausted(refused.status()))
+          << "turn " << turn << ", " << waiting
+          << " pieces waiting: " << refused.status();
+      ++refusals;
+    }
+    EXPECT_GT(refusals, 0);
   } else {
     ASSERT_TRUE(second.ok()) << second.status();
   }
@@ -330,6 +357,53 @@ TEST_P(EngineWindowTest, APeerLostEndsWhatNeverWentOutFailed) {
   EXPECT_EQ(WrsPosted(), OnTheNic(soft_roce()));
   EXPECT_EQ(client_->async_ops_in_flight(), 0u);
   EXPECT_FALSE(client_->status().ok());
+}
+
+// Copied messages go unsignalled: their bytes stay on the send queue's
+// books until something signalled behind them completes. A WRITE queued
+// behind them must not count them against the cap (nothing would ever
+// report them), or it waits for ever and a Send() behind it with it.
+class EngineWindowUnsignalledTest
+    : public EngineClientFixture<::testing::Test> {
+ protected:
+  void ReleaseMemory() override {
+    source_mr_ = MemoryRegion();
+    target_mr_ = MemoryRegion();
+  }
+  std::vector<std::byte> source_, target_;
+  MemoryRegion source_mr_, target_mr_;
+};
+
+TEST_F(EngineWindowUnsignalledTest, AWriteBehindCopiedMessagesGoesOutAtOnce) {
+  ConnectionOptions options;
+  options.max_message_size = 64 << 10;
+  options.keepalive_interval = std::chrono::milliseconds(0);  // no probe
+  ASSERT_NO_FATAL_FAILURE(StartPair("rxe", options));
+  source_.assign(64 << 10, std::byte{0x33});
+  target_.assign(64 << 10, std::byte{0});
+  source_mr_ = RegisterForTest(*contexts_[0], source_, kLocalOnly);
+  target_mr_ = RegisterForTest(*contexts_[1], target_, kRemoteWrite);
+  // 256 KiB of copied messages: the whole cap, unsignalled.
+  for (int i = 0; i < 4; ++i) {
+    E2E_ASSERT_OK(client_->Send(source_, env().DeadlineIn(seconds(5))));
+  }
+  const RdmaOp op{&source_mr_, 0, source_.size(), target_mr_.remote(), 0};
+  absl::StatusOr<OpHandle> write = client_->PostWrite({&op, 1});
+  ASSERT_TRUE(write.ok()) << write.status();
+  EXPECT_EQ(client_->async_ops_queued(), 0u);
+  // A message behind it goes out too, and promptly (virtual time).
+  const Deadline before = env().Now();
+  E2E_ASSERT_OK(client_->Send(std::span(source_).first(64),
+                              env().DeadlineIn(seconds(5))));
+  EXPECT_LT(env().Now() - before, std::chrono::milliseconds(10));
+  std::vector<std::byte> got(64 << 10);
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<size_t> n =
+        server_->Receive(got, env().DeadlineIn(seconds(5)));
+    ASSERT_TRUE(n.ok()) << n.status();
+  }
+  EXPECT_EQ(target_, source_);
+  E2E_ASSERT_OK(client_->Close(env().DeadlineIn(seconds(5))));
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, EngineWindowTest,

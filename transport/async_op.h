@@ -79,10 +79,10 @@ struct AsyncOpRing {
   size_t head = 0;
   size_t count = 0;  // ops posted and not yet ended (queued ones too)
   // The first `posted` ops from the oldest have every piece posted; of the
-  // next, `post_offset` bytes are. (A kSend op accepted behind queued ones
-  // went out at once, but is counted here only once posting reaches it.)
-  // `queued_wrs`: work requests of accepted ops not posted yet (counted
-  // against send queue room).
+  // next, `post_offset` bytes are. (A kSend op is accepted only when
+  // nothing waits, so it is counted posted at once.) `queued_wrs`: work
+  // requests of accepted ops not posted yet (counted against send queue
+  // room, at most the queue's depth of them).
   size_t posted = 0;
   uint64_t post_offset = 0;
   uint64_t queued_wrs = 0;

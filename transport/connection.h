@@ -257,9 +257,11 @@ class Connection final : private AsyncEventListener {
   // must stay registered and untouched (READ targets: unread) until the
   // op's completion is taken. Pieces are cut as Write()'s: as long as the
   // port and the watchdog allow, and under a cap on bytes in flight a
-  // quarter of the cap (64 KiB on rxe). A batch of more work requests than
+  // quarter of the cap (64 KiB on rxe). One op of more work requests than
   // the send queue can hold (a 64 MiB op on rxe: 1,024 pieces) is accepted
-  // when no other op waits to be posted, and goes out piece by piece.
+  // when no other op waits to be posted, and goes out piece by piece; a
+  // batch of several ops that large is refused (kResourceExhausted saying
+  // so): post fewer at a time.
   //
   // Bytes in flight. On Soft-RoCE at most kSoftRoceInFlightBytes (or
   // ConnectionOptions::rdma_in_flight_bytes, on any device) of the

@@ -123,18 +123,20 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
   for (const RdmaOp& op : ops) {
     wrs += op.length == 0 ? 1 : (op.length + max_piece - 1) / max_piece;
   }
-  // Queued work requests hold their room, so that a window of ops gets
-  // back-pressure here rather than a queue that grows. A batch of more
-  // work requests than the send queue can ever hold (a 64 MiB op is 1,024
-  // pieces on rxe) is accepted when no other op waits to be posted,
-  // charged all the room there is, and goes out piece by piece.
-  const uint64_t sq_used = sq_.posted() - sq_.completed() + async_.queued_wrs;
+  // Queued work requests hold their room (`queued_wrs` counts them
+  // exactly), so that a window of ops gets back-pressure here rather than a
+  // queue that grows. A batch of more work requests than the send queue can
+  // ever hold is accepted when it is one op (a 64 MiB op is 1,024 pieces
+  // on rxe), no other op waits to be posted and the queue has room for one;
+  // it goes out piece by piece, and until most of it has, nothing else is
+  // accepted. A batch of several ops that large is refused: post fewer.
+  const uint64_t queued = std::min<uint64_t>(async_.queued_wrs, sq_.depth());
+  const uint64_t sq_used = sq_.posted() - sq_.completed() + queued;
   const uint64_t sq_free = sq_used < sq_.depth() ? sq_.depth() - sq_used : 0;
   const bool oversized = wrs + kControlReserve > sq_.depth();
+  const bool one_oversized_op = oversized && ops.size() == 1;
   const uint64_t charged =
-      oversized && async_.queued_wrs == 0 && sq_free > kControlReserve
-          ? sq_free - kControlReserve
-          : wrs;
+      one_oversized_op && async_.posted == async_.count ? 1 : wrs;
   if (charged + kControlReserve > sq_free ||
       async_.count + ops.size() > async_.capacity() ||
       !engine_->HasOpRoom(static_cast<uint32_t>(ops.size()))) {
@@ -143,8 +145,11 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
         " work requests; the send queue has ", sq_free, " of ", sq_.depth(),
         " entries free, ", kControlReserve, " kept for control messages; ",
         async_.count, " operation(s) in flight, ", async_.count - async_.posted,
-        " of them queued); progress the engine and "
-        "post again"));
+        " of them queued); ",
+        oversized && !one_oversized_op
+            ? "more than the send queue ever holds: post fewer operations "
+              "at a time"
+            : "progress the engine and post again"));
   }
 
   const OpHandle first = engine_->ReserveOps(static_cast<uint32_t>(ops.size()));
@@ -165,7 +170,7 @@ absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
   }
   // No clock read: the engine's service turns compare (engine.h).
   async_.deadline = std::min(async_.deadline, deadline);
-  async_.queued_wrs += charged;
+  async_.queued_wrs += wrs;
   PostQueuedAsyncLocked();
   return first;
 }
@@ -181,14 +186,21 @@ void Connection::PostQueuedAsyncLocked() {
       std::clamp<uint64_t>(cap / 4, 1, kProgressSignalBytes);
   while (async_.posted < async_.count && failure_.ok() &&
          inline_.qp != nullptr) {
-    uint64_t in_flight = sq_.BytesOutstanding();
+    // The bytes on the NIC that a completion is still awaited for, as
+    // Write() counts them: unsignalled work requests past the last
+    // signalled one (copied or inline messages) report nothing until
+    // somebody posts again, so counting them could hold this op for ever.
+    uint64_t in_flight =
+        sq_.signaled_end() > sq_.completed() ? sq_.BytesOutstanding() : 0;
     size_t index = async_.posted;
     uint64_t offset = async_.post_offset;
     async_chain_.Begin(signal_bytes);
     while (!async_chain_.full() && index < async_.count) {
       AsyncOp& op = async_.At(index);
       if (op.kind == AsyncOpKind::kSend) {
-        ++index;  // posted whole when it was accepted
+        // Posted whole when it was accepted, which PostSendFrom() does only
+        // once nothing waits here; kept for safety.
+        ++index;
         continue;
       }
       const uint64_t length = std::min(op.length - offset, max_piece);

@@ -8,8 +8,9 @@
 // one-sided ops (connection_async.cc), which ends every op in posting order:
 // a SEND at its send completion, a rendezvous one once the peer's
 // "finished" count has reached it as well (connection_progress.cc). Never
-// waits: what is missing now (a credit, send-queue room, an op slot, a send
-// slot for a request that cannot go inline) is kResourceExhausted.
+// waits: what is missing now (a credit, one-sided ops ahead of it still
+// held by the in-flight cap, send-queue room, an op slot, a send slot for a
+// request that cannot go inline) is kResourceExhausted.
 
 #include <algorithm>
 #include <array>

@@ -62,7 +62,9 @@ stage "bazel test --config=werror //..." bazel test --config=werror //...
 # swarm_test target above runs 500 of them in each of the three configs.
 stage "swarm (10,000 seeds, opt)" \
   bazel run -c opt //tests/swarm:swarm -- --seeds=10000
-stage "bazel test --config=asan_ubsan //..." bazel test --config=asan_ubsan //...
+# Tests only: the benchmarks and tools no test runs were compiled (-Werror)
+# above; building them again instrumented would test nothing (CI time).
+stage "bazel test --config=asan_ubsan //..." bazel test --config=asan_ubsan --build_tests_only //...
 # The 1 GiB transfer (2 GiB of buffers, copied once) would need several
 # times that in TSan's shadow memory: it runs in the other stages only.
 stage "bazel test --config=tsan (threaded suites)" \

@@ -39,12 +39,12 @@ Connection::~Connection() {
 int Connection::event_fd() const { return epoll_fd_; }
 
 absl::Status Connection::status() const {
-  std::unique_lock<std::mutex> lock = Enter();
+  std::unique_lock<FutexMutex> lock = Enter();
   return UsableLocked();
 }
 
 ConnectionStats Connection::stats() const {
-  std::unique_lock<std::mutex> lock = Enter();
+  std::unique_lock<FutexMutex> lock = Enter();
   ConnectionStats stats = stats_;
   stats.send_credits = send_credits_.available();
   stats.rendezvous_sent = rendezvous_sent_;
@@ -70,6 +70,7 @@ void Connection::FailLocked(absl::Status status) {
   // error, polled while quiescing) must not keep the Env's clock from moving.
   if (!failure_.ok()) return;
   failure_ = std::move(status);
+  open_ = false;
   NotifyLocked();
 }
 

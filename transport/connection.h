@@ -167,6 +167,7 @@
 #include "transport/credits.h"
 #include "transport/deadline.h"
 #include "transport/engine.h"
+#include "transport/futex_mutex.h"
 #include "transport/immediate_data.h"
 #include "transport/memory_region.h"
 #include "transport/negotiation.h"
@@ -445,28 +446,38 @@ class Connection final : private AsyncEventListener {
 
   // All below run with mu_ held.
   absl::Status UsableLocked() const;
-  bool PollOnceLocked(std::unique_lock<std::mutex>& lock);
+  bool PollOnceLocked(std::unique_lock<FutexMutex>& lock);
+  // Polls; when that found nothing, sets `token` (env_.PrepareWait()) and
+  // polls again. True when either poll made progress; false: wait on
+  // `token`. (Inline, connection_internal.h.)
+  bool PollOrPrepareWaitLocked(std::unique_lock<FutexMutex>& lock,
+                               uint64_t& token);
   // Polls until the CQ is empty.
-  void DrainCqLocked(std::unique_lock<std::mutex>& lock);
+  void DrainCqLocked(std::unique_lock<FutexMutex>& lock);
+  // One completion of this connection's: the common ones inline
+  // (connection_internal.h), the rest by DispatchCompletionLocked().
   void HandleCompletionLocked(const ibv_wc& wc);
+  void DispatchCompletionLocked(const ibv_wc& wc);
+  // A message arrived in slot `slot` (a rendezvous request: `rendezvous`).
+  void PushArrivalLocked(uint32_t slot, uint32_t length, bool rendezvous);
   void FailLocked(absl::Status status);
   // Waits for progress (kBusyPoll: spins; kEvent: sleeps on the channel),
   // probing the peer when idle for keepalive_interval, watching the setup
   // stream, async events and the watchdog. `token` is env_.PrepareWait()
   // taken before the caller last looked. kDeadlineExceeded once `deadline`
   // has passed.
-  absl::Status WaitLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
+  absl::Status WaitLocked(std::unique_lock<FutexMutex>& lock, uint64_t token,
                           Deadline deadline);
   // Sleeps (lock dropped) until `until`, or earlier when woken: through the
   // Env on a virtual clock, so that time can move, and for kSpin; on cv_
   // otherwise, where the thread that made progress notifies. `token` is
   // env_.PrepareWait() taken before the caller last looked.
-  void SleepLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
+  void SleepLocked(std::unique_lock<FutexMutex>& lock, uint64_t token,
                    Deadline until, WaitKind kind = WaitKind::kBlock);
   // Handles what the wait's fds reported, and pending async events.
-  void ServiceLocked(std::unique_lock<std::mutex>& lock, bool setup_readable,
+  void ServiceLocked(std::unique_lock<FutexMutex>& lock, bool setup_readable,
                      bool async_readable);
-  void ReadSetupStreamLocked(std::unique_lock<std::mutex>& lock);
+  void ReadSetupStreamLocked(std::unique_lock<FutexMutex>& lock);
   // Reads the Context's pending async events, then fails the connection if
   // one of them named it. NoteAsyncEventLocked() does the second half only.
   // `symptom`: what the caller saw meanwhile, added to the message.
@@ -477,11 +488,11 @@ class Connection final : private AsyncEventListener {
   // kEvent: re-arms the CQ if an event was taken since it was last armed
   // (catching what arrived meanwhile) and sets the readiness fd. Every call
   // ends with it.
-  void LeaveLocked(std::unique_lock<std::mutex>& lock);
+  void LeaveLocked(std::unique_lock<FutexMutex>& lock);
   void UpdateReadinessLocked();
   // After a failure: waits until the NIC is done with every posted work
   // request (flushed), destroying the QP if that takes over kFlushWait.
-  void QuiesceLocked(std::unique_lock<std::mutex>& lock);
+  void QuiesceLocked(std::unique_lock<FutexMutex>& lock);
   void NotifyLocked();  // inline, connection_internal.h
   // Moves last_activity_ to `now` if anything completed since last looked.
   void NoteActivityLocked(Deadline now);
@@ -514,13 +525,18 @@ class Connection final : private AsyncEventListener {
   void MaybeReturnCreditsLocked();
   // A message's receive slot is done with: reposted (own ring: batched,
   // receive_reposts.h) and its credit owed while the peer may still send.
+  // (Inline, in connection_internal.h.)
   void RecycleSlotLocked(uint32_t slot);
+  // RecycleSlotLocked() of an engine's shared slot: back to the pool now.
+  void RecycleSharedSlotLocked(uint32_t slot, bool peer_may_send);
+  // Posts the deferred reposts, then returns credits if they are worth it.
+  void PostRepostsAndCreditsLocked();
   // Posts one message eagerly: from `data` inline when it fits, else by
   // scatter/gather from the registered region `from` holding it (signalled;
   // zero copy) or, `from` nullptr, copied into a send slot. Waits for
   // credit until `deadline`. Returns the sequence of its work request.
   // `kind` kRendezvous: `data` is a rendezvous request.
-  absl::StatusOr<uint64_t> SendEagerLocked(std::unique_lock<std::mutex>& lock,
+  absl::StatusOr<uint64_t> SendEagerLocked(std::unique_lock<FutexMutex>& lock,
                                            const std::byte* data, uint32_t size,
                                            const MemoryRegion* from,
                                            Deadline deadline,
@@ -539,13 +555,13 @@ class Connection final : private AsyncEventListener {
   absl::Status SendRoomLocked(bool copy) const;
   // Sends [offset, offset + length) of `region` (kRemoteRead) by rendezvous
   // and waits until the peer has read it.
-  absl::Status SendRendezvousLocked(std::unique_lock<std::mutex>& lock,
+  absl::Status SendRendezvousLocked(std::unique_lock<FutexMutex>& lock,
                                     const MemoryRegion& region, size_t offset,
                                     size_t length, Deadline deadline);
   // Reads the rendezvous message `request` into `target` (the head of
   // arrived_, slot `slot`), then reports it finished.
   absl::StatusOr<size_t> ReadRendezvousLocked(
-      std::unique_lock<std::mutex>& lock, const ReceiveTarget& target,
+      std::unique_lock<FutexMutex>& lock, const ReceiveTarget& target,
       const RemoteRegion& request, uint32_t slot);
   // Takes the head of arrived_ off the queue.
   void PopArrivalLocked();
@@ -567,25 +583,27 @@ class Connection final : private AsyncEventListener {
   // A borrowed view's slot `slot` is given back (RecycleSlotLocked()).
   void ReleaseViewSlotLocked(uint32_t slot);
   // The immediate of a message of `kind` carrying what is owed to the peer:
-  // credits and finished rendezvous reads.
+  // credits and finished rendezvous reads. (Inline, connection_internal.h.)
   uint32_t TakeImmLocked(ImmKind kind);
   // Polls and waits until `ready()` holds. The connection's failure if one
   // comes first; kDeadlineExceeded "<name>: <waiting_for> before the
   // deadline" at the deadline. Every wait of the connection goes through it.
   // (Defined in connection_internal.h, which every caller's file includes.)
   template <typename Ready>
-  absl::Status WaitUntilLocked(std::unique_lock<std::mutex>& lock,
+  absl::Status WaitUntilLocked(std::unique_lock<FutexMutex>& lock,
                                Deadline deadline, Ready ready,
                                const char* waiting_for);
   absl::Status PeerClosedError() const;
-  absl::Status WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
+  // Waits until work request `seq` has completed (WaitUntilLocked()).
+  // (Inline, connection_internal.h.)
+  absl::Status WaitForSeqLocked(std::unique_lock<FutexMutex>& lock,
                                 uint64_t seq, Deadline deadline);
   // Moves `ops` through `chain`, keeping the call's work requests in
   // `pipeline` (see "One-sided"); returns when every piece has completed,
   // or, after a failure, once the NIC is done with the memory
   // (QuiesceLocked). `ops_done`: the stats counter of whole ops, nullptr
   // for a rendezvous READ (counted as a message).
-  absl::Status RdmaLocked(std::unique_lock<std::mutex>& lock,
+  absl::Status RdmaLocked(std::unique_lock<FutexMutex>& lock,
                           std::span<const RdmaOp> ops, bool is_write,
                           RdmaChain& chain, RdmaPipeline& pipeline,
                           uint64_t* ops_done);
@@ -630,7 +648,7 @@ class Connection final : private AsyncEventListener {
   // Takes mu_, counted in entering_ while waiting for it, so that a busy
   // poller holding it knows whether anybody wants it.
   // (Inline, connection_internal.h.)
-  std::unique_lock<std::mutex> Enter() const;
+  std::unique_lock<FutexMutex> Enter() const;
 
   // --- What every message touches, together at the front. With a thousand
   // connections on one core their state is far larger than the cache: each
@@ -647,11 +665,14 @@ class Connection final : private AsyncEventListener {
   // kEvent without an engine: LeaveLocked() has work (connection_internal.h).
   const bool event_mode_;
   ibv_cq* cq_ = nullptr;
-  mutable std::mutex mu_;
+  mutable FutexMutex mu_;
   mutable std::atomic<int> entering_{0};
   int active_calls_ = 0;  // calls inside the connection (for Close)
   int cv_waiters_ = 0;    // threads in cv_.wait_until() (SleepLocked)
   int env_waiters_ = 0;   // threads of this connection in env_.Wait()
+  // cv_waiters_ + env_waiters_ + (1 with a readiness fd): NotifyLocked()
+  // reads this one word when nobody is to be woken (busy polling).
+  int wake_interest_ = 0;
   // Send queue accounting and signalling (sequence numbers, room, bytes
   // outstanding): with send_progress_time_, the watchdog's inputs.
   SendQueueLedger sq_;
@@ -675,6 +696,9 @@ class Connection final : private AsyncEventListener {
   uint32_t slot_size_ = 0;
   int ready_fd_ = -1;  // kEvent: eventfd, set while readiness holds
   bool established_ = false;
+  // established_ && !closing_ && !closed_ && failure_.ok(), kept where
+  // those change: the message path reads one flag.
+  bool open_ = false;
   bool peer_closed_ = false;
   bool closing_ = false;
   bool closed_ = false;
@@ -709,7 +733,7 @@ class Connection final : private AsyncEventListener {
   std::vector<uint64_t> send_slot_seq_;
   MemoryRegion send_ring_;
   MemoryRegion recv_ring_;
-  std::condition_variable cv_;
+  std::condition_variable_any cv_;
   ConnectionStats stats_;
   // --- The rest: setup, liveness, one-sided operations, teardown.
 

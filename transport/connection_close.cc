@@ -17,13 +17,14 @@
 namespace rdma_transport {
 
 absl::Status Connection::Close(Deadline deadline) {
-  std::unique_lock<std::mutex> lock = Enter();
+  std::unique_lock<FutexMutex> lock = Enter();
   if (closed_) return absl::OkStatus();
   if (closing_) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": Close() is already running"));
   }
   closing_ = true;
+  open_ = false;
   if (wakeup_fd_ >= 0) {
     uint64_t one = 1;
     (void)!write(wakeup_fd_, &one, sizeof(one));

@@ -98,13 +98,6 @@ void Connection::PopArrivalLocked() {
   --arrived_count_;
 }
 
-uint32_t Connection::TakeImmLocked(ImmKind kind) {
-  const uint32_t finished = std::min(finished_owed_, kMaxFinishedPerImm);
-  finished_owed_ -= finished;
-  if (owed_credits_.owed() <= kMaxCreditsPerImm) credit_due_ = false;
-  return EncodeImm(kind, owed_credits_.Take(), finished);
-}
-
 void Connection::MaybeReturnCreditsLocked() {
   if (!established_ || closing_ || !failure_.ok() || peer_closed_) return;
   while ((owed_credits_.WorthAMessage() || finished_owed_ > 0 ||
@@ -118,30 +111,19 @@ void Connection::MaybeReturnCreditsLocked() {
   }
 }
 
-void Connection::RecycleSlotLocked(uint32_t slot) {
-  // A shared slot goes back to the engine's pool whatever became of this
-  // connection; a slot of its own only while the peer may use it.
-  const bool peer_may_send =
-      failure_.ok() && !peer_closed_ && !closing_ && !closed_;
-  if (srq_pool_ != nullptr) {
-    if (RepostLocked(slot).ok() && peer_may_send) {
-      owed_credits_.Add(1);
-      MaybeReturnCreditsLocked();
-    }
-  } else if (peer_may_send) {
-    // Posted with the others once their credits are worth announcing
-    // (receive_reposts.h).
-    reposts_.Add(slot);
-    if ((reposts_.full() ||
-         owed_credits_.WorthAMessageWith(reposts_.count())) &&
-        PostDeferredRepostsLocked().ok()) {
-      MaybeReturnCreditsLocked();
-    }
+void Connection::RecycleSharedSlotLocked(uint32_t slot, bool peer_may_send) {
+  if (RepostLocked(slot).ok() && peer_may_send) {
+    owed_credits_.Add(1);
+    MaybeReturnCreditsLocked();
   }
 }
 
+void Connection::PostRepostsAndCreditsLocked() {
+  if (PostDeferredRepostsLocked().ok()) MaybeReturnCreditsLocked();
+}
+
 absl::StatusOr<uint64_t> Connection::SendEagerLocked(
-    std::unique_lock<std::mutex>& lock, const std::byte* data, uint32_t size,
+    std::unique_lock<FutexMutex>& lock, const std::byte* data, uint32_t size,
     const MemoryRegion* from, Deadline deadline, ImmKind kind) {
   const bool send_inline = ShouldSendInline(size, inline_.usable_inline);
   const bool copy = !send_inline && from == nullptr;
@@ -175,7 +157,7 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
 }
 
 absl::Status Connection::SendRendezvousLocked(
-    std::unique_lock<std::mutex>& lock, const MemoryRegion& region,
+    std::unique_lock<FutexMutex>& lock, const MemoryRegion& region,
     size_t offset, size_t length, Deadline deadline) {
   std::array<std::byte, kRendezvousRequestBytes> request;
   RemoteRegion{reinterpret_cast<uint64_t>(region.data() + offset), length,
@@ -214,7 +196,7 @@ absl::Status Connection::SendRendezvousLocked(
 absl::Status Connection::Send(std::span<const std::byte> message,
                               Deadline deadline) {
   const size_t size = message.size();
-  std::unique_lock<std::mutex> lock = Enter();
+  std::unique_lock<FutexMutex> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (size <= send_limit_) [[likely]] {
@@ -236,7 +218,7 @@ absl::Status Connection::Send(std::span<const std::byte> message,
 
 absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
                                   size_t length, Deadline deadline) {
-  std::unique_lock<std::mutex> lock = Enter();
+  std::unique_lock<FutexMutex> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status checked =
           CheckSendSourceLocked(region, offset, length, "SendFrom");
@@ -271,14 +253,14 @@ absl::Status Connection::RendezvousAccessError(size_t length) const {
 void Connection::ReleaseBorrowed(uint32_t slot) {
   // Not a call Close() waits for (no CallScope): it never lets go of mu_,
   // and giving a slot back wakes nobody on this side.
-  std::unique_lock<std::mutex> lock = Enter();
+  std::unique_lock<FutexMutex> lock = Enter();
   ReleaseViewSlotLocked(slot);
   // kEvent: a failed repost makes the readiness fd readable.
   if (event_mode_) LeaveLocked(lock);
 }
 
 absl::StatusOr<size_t> Connection::ReadRendezvousLocked(
-    std::unique_lock<std::mutex>& lock, const ReceiveTarget& target,
+    std::unique_lock<FutexMutex>& lock, const ReceiveTarget& target,
     const RemoteRegion& request, uint32_t slot) {
   const size_t length = request.length;
   // The memory to read into: the caller's region, or its buffer registered
@@ -329,7 +311,7 @@ absl::StatusOr<size_t> Connection::ReadRendezvousLocked(
 absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
                                                   Deadline deadline) {
   using Mode = ReceiveTarget::Mode;
-  std::unique_lock<std::mutex> lock = Enter();
+  std::unique_lock<FutexMutex> lock = Enter();
   CallScope call(*this, lock);
   // ReceiveBorrowed(&view): the slot the view holds goes back first, under
   // the same lock.
@@ -343,7 +325,9 @@ absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
     // Messages that arrived intact are delivered even after the connection
     // failed (a credit return racing with the peer's close, say): they are
     // in our memory, in order, and the sender was told they were sent.
-    if (closed_ || closing_ || !established_) return UsableLocked();
+    if (!open_ && (closed_ || closing_ || !established_)) {
+      return UsableLocked();
+    }
     if (arrived_count_ > 0) {
       const Arrival arrival = arrived_[arrived_head_];
       const uint32_t slot = arrival.slot;
@@ -383,8 +367,11 @@ absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
       stats_.bytes_received += length;
       if (target.mode == Mode::kBorrow) {
         ++stats_.views_held;
-        *target.borrowed =
-            ReceivedMessage(this, slot, {RecvSlotLocked(slot), size_t{length}});
+        // The view holds nothing here: ReceiveBorrowed() released it.
+        ReceivedMessage& view = *target.borrowed;
+        view.connection_ = this;
+        view.slot_ = slot;
+        view.data_ = {RecvSlotLocked(slot), size_t{length}};
         return size_t{length};
       }
       if (length > 0) std::memcpy(target.data, RecvSlotLocked(slot), length);
@@ -398,8 +385,8 @@ absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
       if (PollOnceLocked(lock)) continue;
       return failure_;
     }
-    const uint64_t token = env_.PrepareWait();
-    if (PollOnceLocked(lock)) continue;
+    uint64_t token;
+    if (PollOrPrepareWaitLocked(lock, token)) continue;
     if (!WaitLocked(lock, token, deadline).ok()) {
       return absl::DeadlineExceededError(
           absl::StrCat(name_, ": no message before the deadline"));

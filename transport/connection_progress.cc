@@ -35,7 +35,7 @@ inline void CpuRelax() {
 
 }  // namespace
 
-void Connection::HandleCompletionLocked(const ibv_wc& wc) {
+void Connection::DispatchCompletionLocked(const ibv_wc& wc) {
   const uint8_t kind = WrIdKind(wc.wr_id);
   const uint64_t value = WrIdValue(wc.wr_id);
   // A receive of the engine's shared queue carries the pool slot instead.
@@ -109,17 +109,9 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   }
   switch (imm_kind) {
     case ImmKind::kData:
-    case ImmKind::kRendezvous: {
-      // No division on this path: the ring wraps by comparison.
-      size_t tail = arrived_head_ + arrived_count_;
-      if (tail >= arrived_.size()) tail -= arrived_.size();
-      Arrival& arrival = arrived_[tail];
-      arrival.slot = slot;
-      arrival.length = wc.byte_len;
-      arrival.rendezvous = imm_kind == ImmKind::kRendezvous;
-      ++arrived_count_;
+    case ImmKind::kRendezvous:
+      PushArrivalLocked(slot, wc.byte_len, imm_kind == ImmKind::kRendezvous);
       break;
-    }
     case ImmKind::kCredit:
       ++stats_.credit_messages_received;
       if (RepostLocked(slot).ok()) {
@@ -144,7 +136,7 @@ void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   }
 }
 
-bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
+bool Connection::PollOnceLocked(std::unique_lock<FutexMutex>& lock) {
   if (cq_ == nullptr) return false;
   if (engine_attached_) {
     // The CQ is shared: the engine polls it and hands each completion to
@@ -164,8 +156,9 @@ bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
     FailLocked(WithContext(polled.status(), name_));
     return false;
   }
-  if (*polled == 0) return false;
-  for (int i = 0; i < *polled; ++i) HandleCompletionLocked(wcs[i]);
+  const int count = *polled;
+  if (count == 0) return false;
+  for (int i = 0; i < count; ++i) HandleCompletionLocked(wcs[i]);
   // Nothing owed (most polls): no call.
   if (owed_credits_.owed() != 0 || finished_owed_ != 0) {
     MaybeReturnCreditsLocked();
@@ -177,12 +170,12 @@ bool Connection::PollOnceLocked(std::unique_lock<std::mutex>& lock) {
   return true;
 }
 
-void Connection::DrainCqLocked(std::unique_lock<std::mutex>& lock) {
+void Connection::DrainCqLocked(std::unique_lock<FutexMutex>& lock) {
   while (PollOnceLocked(lock)) {
   }
 }
 
-absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
+absl::Status Connection::WaitLocked(std::unique_lock<FutexMutex>& lock,
                                     uint64_t token, Deadline deadline) {
   // An engine's connection busy-polls: the engine's fd is the one to sleep
   // on (engine.h).
@@ -284,6 +277,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
     fds[count++] = {wakeup_fd_, POLLIN, 0};
   }
   ++env_waiters_;
+  ++wake_interest_;
   lock.unlock();
   const int ready =
       env_.Wait(token, {fds, static_cast<size_t>(count)}, wake,
@@ -292,6 +286,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<std::mutex>& lock,
                                                   : WaitKind::kPeek);
   lock.lock();
   --env_waiters_;
+  --wake_interest_;
   if (!busy) event_waiter_ = false;
   if (busy) service_gate_.Serviced(cycles, now, wake, ready > 0);
   auto readable = [&](int index) {
@@ -316,7 +311,7 @@ void Connection::DrainChannelLocked() {
   }
 }
 
-void Connection::LeaveLocked(std::unique_lock<std::mutex>& lock) {
+void Connection::LeaveLocked(std::unique_lock<FutexMutex>& lock) {
   if (engine_ != nullptr || options_.progress != ProgressMode::kEvent ||
       cq_ == nullptr) {
     return;
@@ -347,18 +342,22 @@ void Connection::UpdateReadinessLocked() {
   ready_set_ = ready;
 }
 
-void Connection::SleepLocked(std::unique_lock<std::mutex>& lock, uint64_t token,
+void Connection::SleepLocked(std::unique_lock<FutexMutex>& lock, uint64_t token,
                              Deadline until, WaitKind kind) {
   if (env_.virtual_time() || kind == WaitKind::kSpin) {
     ++env_waiters_;
+    ++wake_interest_;
     lock.unlock();
     env_.Wait(token, {}, until, kind);
     lock.lock();
     --env_waiters_;
+    --wake_interest_;
   } else {
     ++cv_waiters_;
+    ++wake_interest_;
     cv_.wait_until(lock, until);
     --cv_waiters_;
+    --wake_interest_;
   }
 }
 

@@ -84,14 +84,7 @@ absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
   return seq;
 }
 
-absl::Status Connection::WaitForSeqLocked(std::unique_lock<std::mutex>& lock,
-                                          uint64_t seq, Deadline deadline) {
-  return WaitUntilLocked(
-      lock, deadline, [&] { return sq_.completed() > seq; },
-      "work request not completed");
-}
-
-void Connection::QuiesceLocked(std::unique_lock<std::mutex>& lock) {
+void Connection::QuiesceLocked(std::unique_lock<FutexMutex>& lock) {
   if (inline_.qp == nullptr || sq_.Idle()) return;
   // Flush whatever is still queued, then wait until the NIC has given every
   // work request back.

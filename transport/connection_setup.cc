@@ -97,6 +97,7 @@ absl::Status Connection::CreateQueues() {
     if (wakeup_fd_ < 0) return VerbsError("eventfd", errno);
     ready_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (ready_fd_ < 0) return VerbsError("eventfd", errno);
+    ++wake_interest_;  // every notify updates the readiness fd
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     if (epoll_fd_ < 0) return VerbsError("epoll_create1", errno);
     for (int fd : {ready_fd_, channel_->fd, context_.async_fd()}) {
@@ -228,7 +229,7 @@ QpEndpoint Connection::LocalEndpoint() const {
 RemoteRegion Connection::ProbeTarget() const { return probe_slot_.remote(); }
 
 void Connection::AdoptSetupStream(Socket stream) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<FutexMutex> lock(mu_);
   handshake_done_ = true;
   setup_ = std::move(stream);
   setup_watched_ = setup_.valid();
@@ -260,7 +261,7 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
   }
   path_ = path;
   path_.rendezvous = path.rendezvous && options_.rendezvous;
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<FutexMutex> lock(mu_);
   // With a shared receive queue the engine posted every slot already.
   for (uint32_t slot = 0; srq_pool_ == nullptr && slot < options_.recv_slots;
        ++slot) {
@@ -278,13 +279,14 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
           : std::min(options_.rendezvous_threshold, send_limit_);
   peer_probe_ = peer_probe;
   established_ = true;
+  open_ = failure_.ok() && !closing_ && !closed_;
   last_activity_ = env_.Now();
   LeaveLocked(lock);
   return absl::OkStatus();
 }
 
 void Connection::SetPeerProbe(const RemoteRegion& peer_probe) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<FutexMutex> lock(mu_);
   peer_probe_ = peer_probe;
 }
 

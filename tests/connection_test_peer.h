@@ -29,7 +29,7 @@ class ConnectionTestPeer {
   // process is killed: the kernel closes its sockets. (The QP lives on, as a
   // NIC's QP does until the kernel gets round to it; nothing else is sent.)
   static void SimulateProcessExit(Connection& connection) {
-    std::lock_guard<FutexMutex> lock(connection.mu_);
+    std::lock_guard<ConnectionLock> lock(connection.mu_);
     if (connection.setup_.valid()) {
       ::shutdown(connection.setup_.fd(), SHUT_RDWR);
     }
@@ -37,9 +37,13 @@ class ConnectionTestPeer {
     connection.peer_goodbye_ = true;  // nothing more to learn from it
   }
 
+  // The connection's lock, for a test to hold as a call in another thread
+  // would (connection_lock.h).
+  static ConnectionLock& Lock(Connection& connection) { return connection.mu_; }
+
   // PAUSE instructions the connection's busy-poll waits have executed.
   static uint64_t SpinPauses(const Connection& connection) {
-    std::lock_guard<FutexMutex> lock(connection.mu_);
+    std::lock_guard<ConnectionLock> lock(connection.mu_);
     return connection.spin_pauses_;
   }
 
@@ -48,7 +52,7 @@ class ConnectionTestPeer {
   // would, whatever the immediate says.
   static absl::Status PostRawMessage(Connection& connection, uint32_t imm,
                                      std::span<const std::byte> payload) {
-    std::lock_guard<FutexMutex> lock(connection.mu_);
+    std::lock_guard<ConnectionLock> lock(connection.mu_);
     ibv_sge sge{reinterpret_cast<uint64_t>(payload.data()),
                 static_cast<uint32_t>(payload.size()), 0};
     ibv_send_wr wr = {};

@@ -40,6 +40,10 @@ ABSL_FLAG(std::string, tc, "",
           "traffic class 0..255 (default: MC_IB_TC, else the system's)");
 ABSL_FLAG(std::string, progress, rdma_transport::BackendFlags{}.progress,
           "busy: spin on the CQ; event: sleep on the completion channel");
+ABSL_FLAG(std::string, thread_mode, rdma_transport::BackendFlags{}.thread_mode,
+          "shared: a connection's lock is atomic; serialized: each "
+          "connection is used by one thread at a time, no atomic lock "
+          "(ThreadMode::kSerialized)");
 
 namespace rdma_transport {
 
@@ -131,6 +135,7 @@ BackendFlags BackendFlags::FromCommandLine() {
   flags.inline_mode = absl::GetFlag(FLAGS_inline);
   flags.tc = absl::GetFlag(FLAGS_tc);
   flags.progress = absl::GetFlag(FLAGS_progress);
+  flags.thread_mode = absl::GetFlag(FLAGS_thread_mode);
   return flags;
 }
 
@@ -146,6 +151,10 @@ absl::Status BackendFlags::Check() const {
   if (progress != "busy" && progress != "event") {
     return absl::InvalidArgumentError(
         absl::StrCat("--progress=", progress, ": want busy or event"));
+  }
+  if (thread_mode != "shared" && thread_mode != "serialized") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--thread_mode=", thread_mode, ": want shared or serialized"));
   }
   return absl::OkStatus();
 }

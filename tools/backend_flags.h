@@ -78,17 +78,23 @@ struct BackendFlags {
   std::string inline_mode = "auto";  // auto | off (max_inline = 0)
   std::string tc;                    // empty: MC_IB_TC applies
   std::string progress = "busy";     // busy | event
+  std::string thread_mode = "shared";  // shared | serialized
 
   // The values of --backend, --device, --peer_device, --profile,
-  // --gid_index, --inline, --tc and --progress (after ParseToolCommandLine).
+  // --gid_index, --inline, --tc, --progress and --thread_mode (after
+  // ParseToolCommandLine).
   static BackendFlags FromCommandLine();
-  // kInvalidArgument naming the flag when --backend, --inline or --progress
-  // is not one of its words.
+  // kInvalidArgument naming the flag when --backend, --inline, --progress
+  // or --thread_mode is not one of its words.
   absl::Status Check() const;
   // Checks the values; resolves them into the transport's configuration.
   absl::StatusOr<TransportConfig> Resolve() const;
   ProgressMode progress_mode() const {
     return progress == "event" ? ProgressMode::kEvent : ProgressMode::kBusyPoll;
+  }
+  ThreadMode connection_thread_mode() const {
+    return thread_mode == "serialized" ? ThreadMode::kSerialized
+                                       : ThreadMode::kShared;
   }
   bool is_sim() const { return backend == "sim"; }
 };

@@ -8,7 +8,7 @@ pingpong="$1"
 bw="$2"
 source "${TEST_SRCDIR}/${TEST_WORKSPACE}/tools/cli_expect.sh"
 
-for flag in backend device peer_device profile gid_index inline tc progress \
+for flag in backend device peer_device profile gid_index inline tc progress thread_mode \
     server listen connect self timeout token csv json sizes iterations warmup; do
   expect "pingpong --help lists --$flag" nonzero "--$flag " -- "$pingpong" --help
 done
@@ -42,6 +42,15 @@ expect "unknown profile" nonzero "cx7" -- "$pingpong" --profile=cx99
 expect "a short run" 0 "inline" -- "$pingpong" --self --iterations=20 --warmup=2 --sizes=8
 expect "bad write mode" 2 "--write_mode: want window or blocking" -- "$bw" --write_mode=async
 expect "bad send mode" 2 "--send_mode: want window or blocking" -- "$bw" --send_mode=async
+expect "bad thread mode" 2 "--thread_mode=single: want shared or serialized" \
+  -- "$pingpong" --thread_mode=single
+# Serialized connections (no atomic lock) on both tools: each side uses its
+# connection from one thread at a time, so nothing aborts, and every message
+# is checked as ever.
+expect "pingpong serialized" 0 "^ +4096 +50 " \
+  -- "$pingpong" --self --thread_mode=serialized --zero_copy --iterations=50 --warmup=5 --sizes=8,4096,1048576
+expect "bw serialized window" 0 "^ 1048576 +" \
+  -- "$bw" --self --virtual_time --thread_mode=serialized --zero_copy --iterations=50 --warmup=5 --sizes=4096,1048576
 expect "write window out of range" 2 "--write_window must be in 1..4096" \
   -- "$bw" --write_window=0
 # The WRITE window on the simulator: a ring of 3 slots wraps many times in

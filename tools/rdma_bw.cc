@@ -1089,6 +1089,7 @@ int Main(int argc, char** argv) {
 
   ConnectionOptions options;
   options.progress = backend_flags.progress_mode();
+  options.thread_mode = backend_flags.connection_thread_mode();
   // The send queue (send_slots + max_rdma_batch + 4 entries) holds the
   // WRITE window too.
   options.send_slots =

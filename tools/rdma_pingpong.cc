@@ -438,6 +438,7 @@ int Main(int argc, char** argv) {
 
   ConnectionOptions options;
   options.progress = backend_flags.progress_mode();
+  options.thread_mode = backend_flags.connection_thread_mode();
   pingpong.slot =
       pingpong.messages.Slot(*std::max_element(sizes->begin(), sizes->end()));
   options.max_message_size = pingpong.slot;

@@ -23,6 +23,7 @@ Connection::Connection(const Context& context, const ConnectionOptions& options,
       srq_pool_(options.engine != nullptr ? options.engine->pool() : nullptr),
       event_mode_(options.engine == nullptr &&
                   options.progress == ProgressMode::kEvent),
+      mu_(options.thread_mode),
       owed_credits_(options.credit_batch != 0 ? options.credit_batch
                                               : options.recv_slots / 2),
       context_(context),
@@ -39,12 +40,12 @@ Connection::~Connection() {
 int Connection::event_fd() const { return epoll_fd_; }
 
 absl::Status Connection::status() const {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   return UsableLocked();
 }
 
 ConnectionStats Connection::stats() const {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   ConnectionStats stats = stats_;
   stats.send_credits = send_credits_.available();
   stats.rendezvous_sent = rendezvous_sent_;

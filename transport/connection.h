@@ -137,6 +137,12 @@
 // waits in Receive(), which then returns kFailedPrecondition. A connection with
 // an engine is the exception: every call other than stats(), status() and the
 // accessors is made on the engine's thread, one at a time (engine.h).
+// With ConnectionOptions::thread_mode = ThreadMode::kSerialized the caller
+// promises more: no two calls overlap at all (stats(), status(), Close()
+// and its views' Release() included), and the connection's lock then costs
+// no atomic instruction (connection_lock.h); two calls caught overlapping
+// abort the process. A thread may hand the connection to another with its
+// own synchronisation (a mutex, a queue, a join).
 //
 // Ownership. The Connection owns its QP, CQ, completion channel and rings,
 // and must be destroyed (or closed) before its Context. Destroying an open
@@ -162,12 +168,12 @@
 #include "transport/aligned_buffer.h"
 #include "transport/async_op.h"
 #include "transport/busy_poll_gate.h"
+#include "transport/connection_lock.h"
 #include "transport/connection_options.h"
 #include "transport/context.h"
 #include "transport/credits.h"
 #include "transport/deadline.h"
 #include "transport/engine.h"
-#include "transport/futex_mutex.h"
 #include "transport/immediate_data.h"
 #include "transport/memory_region.h"
 #include "transport/negotiation.h"
@@ -446,14 +452,14 @@ class Connection final : private AsyncEventListener {
 
   // All below run with mu_ held.
   absl::Status UsableLocked() const;
-  bool PollOnceLocked(std::unique_lock<FutexMutex>& lock);
+  bool PollOnceLocked(std::unique_lock<ConnectionLock>& lock);
   // Polls; when that found nothing, sets `token` (env_.PrepareWait()) and
   // polls again. True when either poll made progress; false: wait on
   // `token`. (Inline, connection_internal.h.)
-  bool PollOrPrepareWaitLocked(std::unique_lock<FutexMutex>& lock,
+  bool PollOrPrepareWaitLocked(std::unique_lock<ConnectionLock>& lock,
                                uint64_t& token);
   // Polls until the CQ is empty.
-  void DrainCqLocked(std::unique_lock<FutexMutex>& lock);
+  void DrainCqLocked(std::unique_lock<ConnectionLock>& lock);
   // One completion of this connection's: the common ones inline
   // (connection_internal.h), the rest by DispatchCompletionLocked().
   void HandleCompletionLocked(const ibv_wc& wc);
@@ -466,18 +472,18 @@ class Connection final : private AsyncEventListener {
   // stream, async events and the watchdog. `token` is env_.PrepareWait()
   // taken before the caller last looked. kDeadlineExceeded once `deadline`
   // has passed.
-  absl::Status WaitLocked(std::unique_lock<FutexMutex>& lock, uint64_t token,
-                          Deadline deadline);
+  absl::Status WaitLocked(std::unique_lock<ConnectionLock>& lock,
+                          uint64_t token, Deadline deadline);
   // Sleeps (lock dropped) until `until`, or earlier when woken: through the
   // Env on a virtual clock, so that time can move, and for kSpin; on cv_
   // otherwise, where the thread that made progress notifies. `token` is
   // env_.PrepareWait() taken before the caller last looked.
-  void SleepLocked(std::unique_lock<FutexMutex>& lock, uint64_t token,
+  void SleepLocked(std::unique_lock<ConnectionLock>& lock, uint64_t token,
                    Deadline until, WaitKind kind = WaitKind::kBlock);
   // Handles what the wait's fds reported, and pending async events.
-  void ServiceLocked(std::unique_lock<FutexMutex>& lock, bool setup_readable,
-                     bool async_readable);
-  void ReadSetupStreamLocked(std::unique_lock<FutexMutex>& lock);
+  void ServiceLocked(std::unique_lock<ConnectionLock>& lock,
+                     bool setup_readable, bool async_readable);
+  void ReadSetupStreamLocked(std::unique_lock<ConnectionLock>& lock);
   // Reads the Context's pending async events, then fails the connection if
   // one of them named it. NoteAsyncEventLocked() does the second half only.
   // `symptom`: what the caller saw meanwhile, added to the message.
@@ -488,11 +494,11 @@ class Connection final : private AsyncEventListener {
   // kEvent: re-arms the CQ if an event was taken since it was last armed
   // (catching what arrived meanwhile) and sets the readiness fd. Every call
   // ends with it.
-  void LeaveLocked(std::unique_lock<FutexMutex>& lock);
+  void LeaveLocked(std::unique_lock<ConnectionLock>& lock);
   void UpdateReadinessLocked();
   // After a failure: waits until the NIC is done with every posted work
   // request (flushed), destroying the QP if that takes over kFlushWait.
-  void QuiesceLocked(std::unique_lock<FutexMutex>& lock);
+  void QuiesceLocked(std::unique_lock<ConnectionLock>& lock);
   void NotifyLocked();  // inline, connection_internal.h
   // Moves last_activity_ to `now` if anything completed since last looked.
   void NoteActivityLocked(Deadline now);
@@ -536,11 +542,10 @@ class Connection final : private AsyncEventListener {
   // zero copy) or, `from` nullptr, copied into a send slot. Waits for
   // credit until `deadline`. Returns the sequence of its work request.
   // `kind` kRendezvous: `data` is a rendezvous request.
-  absl::StatusOr<uint64_t> SendEagerLocked(std::unique_lock<FutexMutex>& lock,
-                                           const std::byte* data, uint32_t size,
-                                           const MemoryRegion* from,
-                                           Deadline deadline,
-                                           ImmKind kind = ImmKind::kData);
+  absl::StatusOr<uint64_t> SendEagerLocked(
+      std::unique_lock<ConnectionLock>& lock, const std::byte* data,
+      uint32_t size, const MemoryRegion* from, Deadline deadline,
+      ImmKind kind = ImmKind::kData);
   // Posts one message once credit, room and (for a copy) a send slot are
   // there: from `data` inline (`send_inline`), by scatter/gather from `from`
   // (signalled), or copied into a send slot (`from` nullptr); `signal`
@@ -555,13 +560,13 @@ class Connection final : private AsyncEventListener {
   absl::Status SendRoomLocked(bool copy) const;
   // Sends [offset, offset + length) of `region` (kRemoteRead) by rendezvous
   // and waits until the peer has read it.
-  absl::Status SendRendezvousLocked(std::unique_lock<FutexMutex>& lock,
+  absl::Status SendRendezvousLocked(std::unique_lock<ConnectionLock>& lock,
                                     const MemoryRegion& region, size_t offset,
                                     size_t length, Deadline deadline);
   // Reads the rendezvous message `request` into `target` (the head of
   // arrived_, slot `slot`), then reports it finished.
   absl::StatusOr<size_t> ReadRendezvousLocked(
-      std::unique_lock<FutexMutex>& lock, const ReceiveTarget& target,
+      std::unique_lock<ConnectionLock>& lock, const ReceiveTarget& target,
       const RemoteRegion& request, uint32_t slot);
   // Takes the head of arrived_ off the queue.
   void PopArrivalLocked();
@@ -590,20 +595,20 @@ class Connection final : private AsyncEventListener {
   // deadline" at the deadline. Every wait of the connection goes through it.
   // (Defined in connection_internal.h, which every caller's file includes.)
   template <typename Ready>
-  absl::Status WaitUntilLocked(std::unique_lock<FutexMutex>& lock,
+  absl::Status WaitUntilLocked(std::unique_lock<ConnectionLock>& lock,
                                Deadline deadline, Ready ready,
                                const char* waiting_for);
   absl::Status PeerClosedError() const;
   // Waits until work request `seq` has completed (WaitUntilLocked()).
   // (Inline, connection_internal.h.)
-  absl::Status WaitForSeqLocked(std::unique_lock<FutexMutex>& lock,
+  absl::Status WaitForSeqLocked(std::unique_lock<ConnectionLock>& lock,
                                 uint64_t seq, Deadline deadline);
   // Moves `ops` through `chain`, keeping the call's work requests in
   // `pipeline` (see "One-sided"); returns when every piece has completed,
   // or, after a failure, once the NIC is done with the memory
   // (QuiesceLocked). `ops_done`: the stats counter of whole ops, nullptr
   // for a rendezvous READ (counted as a message).
-  absl::Status RdmaLocked(std::unique_lock<FutexMutex>& lock,
+  absl::Status RdmaLocked(std::unique_lock<ConnectionLock>& lock,
                           std::span<const RdmaOp> ops, bool is_write,
                           RdmaChain& chain, RdmaPipeline& pipeline,
                           uint64_t* ops_done);
@@ -648,7 +653,7 @@ class Connection final : private AsyncEventListener {
   // Takes mu_, counted in entering_ while waiting for it, so that a busy
   // poller holding it knows whether anybody wants it.
   // (Inline, connection_internal.h.)
-  std::unique_lock<FutexMutex> Enter() const;
+  std::unique_lock<ConnectionLock> Enter() const;
 
   // --- What every message touches, together at the front. With a thousand
   // connections on one core their state is far larger than the cache: each
@@ -665,7 +670,7 @@ class Connection final : private AsyncEventListener {
   // kEvent without an engine: LeaveLocked() has work (connection_internal.h).
   const bool event_mode_;
   ibv_cq* cq_ = nullptr;
-  mutable FutexMutex mu_;
+  mutable ConnectionLock mu_;
   mutable std::atomic<int> entering_{0};
   int active_calls_ = 0;  // calls inside the connection (for Close)
   int cv_waiters_ = 0;    // threads in cv_.wait_until() (SleepLocked)

@@ -84,7 +84,7 @@ absl::StatusOr<OpHandle> Connection::PostWrite(std::span<const RdmaOp> ops,
   if (absl::Status status = CheckRdmaOps(ops, true); !status.ok()) {
     return status;
   }
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   return PostAsyncLocked(ops, true, deadline);
 }
@@ -95,18 +95,18 @@ absl::StatusOr<OpHandle> Connection::PostRead(std::span<const RdmaOp> ops,
   if (absl::Status status = CheckRdmaOps(ops, false); !status.ok()) {
     return status;
   }
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   return PostAsyncLocked(ops, false, deadline);
 }
 
 size_t Connection::async_ops_in_flight() const {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   return async_.count;
 }
 
 size_t Connection::async_ops_queued() const {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   return async_.count - async_.posted;
 }
 
@@ -382,7 +382,7 @@ void Connection::CheckAsyncDeadlinesLocked(Deadline now) {
 }
 
 void Connection::EngineDispatch(std::span<const ibv_wc> wcs) {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   for (const ibv_wc& wc : wcs) HandleCompletionLocked(wc);
   engine_dispatched_ += wcs.size();
   if (async_.posted < async_.count) PostQueuedAsyncLocked();
@@ -394,7 +394,7 @@ void Connection::EngineDispatch(std::span<const ibv_wc> wcs) {
 }
 
 Deadline Connection::EngineService(Deadline now, bool setup_readable) {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   if (closed_ || !established_) return kNoDeadline;
   // Inside a blocking call of this connection (which drives the engine),
   // its own wait does all of this.
@@ -415,7 +415,7 @@ Deadline Connection::EngineService(Deadline now, bool setup_readable) {
 }
 
 void Connection::EngineFail(const absl::Status& status) {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   if (closed_) return;
   FailLocked(WithContext(status, name_));
   if (async_.count > 0) AdvanceAsyncAfterFailureLocked(env_.Now());

@@ -62,7 +62,7 @@ absl::StatusOr<OpHandle> Connection::PostSendFrom(const MemoryRegion& region,
                                                   Deadline deadline) {
   if (engine_ == nullptr) [[unlikely]]
     return NoEngineError();
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status checked =
           CheckSendSourceLocked(region, offset, length, "PostSendFrom");

@@ -17,7 +17,7 @@
 namespace rdma_transport {
 
 absl::Status Connection::Close(Deadline deadline) {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   if (closed_) return absl::OkStatus();
   if (closing_) {
     return absl::FailedPreconditionError(

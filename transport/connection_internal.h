@@ -36,9 +36,9 @@ inline constexpr uint32_t kControlReserve = 2;
 
 // Inline: every call of the message path takes and leaves the lock once,
 // and a function call of its own for either showed in the profile.
-inline std::unique_lock<FutexMutex> Connection::Enter() const {
+inline std::unique_lock<ConnectionLock> Connection::Enter() const {
   // Uncontended: one atomic operation, as a plain lock.
-  std::unique_lock<FutexMutex> lock(mu_, std::try_to_lock);
+  std::unique_lock<ConnectionLock> lock(mu_, std::try_to_lock);
   if (lock.owns_lock()) [[likely]]
     return lock;
   entering_.fetch_add(1, std::memory_order_relaxed);
@@ -64,7 +64,7 @@ inline void Connection::NotifyLocked() {
 // LeaveLocked() (kEvent: the CQ re-armed, the readiness fd up to date).
 class Connection::CallScope {
  public:
-  CallScope(Connection& connection, std::unique_lock<FutexMutex>& lock)
+  CallScope(Connection& connection, std::unique_lock<ConnectionLock>& lock)
       : connection_(connection), lock_(lock) {
     ++connection_.active_calls_;
   }
@@ -77,7 +77,7 @@ class Connection::CallScope {
 
  private:
   Connection& connection_;
-  std::unique_lock<FutexMutex>& lock_;
+  std::unique_lock<ConnectionLock>& lock_;
 };
 
 // Always inline: Send()/SendFrom() post every message through it, and a
@@ -231,7 +231,7 @@ inline void Connection::ReleaseViewSlotLocked(uint32_t slot) {
 // Env) is taken only after a poll found nothing, and a second poll then
 // looks again: whatever arrives after that look changes the token.
 inline bool Connection::PollOrPrepareWaitLocked(
-    std::unique_lock<FutexMutex>& lock, uint64_t& token) {
+    std::unique_lock<ConnectionLock>& lock, uint64_t& token) {
   if (PollOnceLocked(lock)) return true;
   token = env_.PrepareWait();
   return PollOnceLocked(lock);
@@ -241,7 +241,7 @@ inline bool Connection::PollOrPrepareWaitLocked(
 // and out of line its frame cost about as much as the check it makes.
 template <typename Ready>
 [[gnu::always_inline]] inline absl::Status Connection::WaitUntilLocked(
-    std::unique_lock<FutexMutex>& lock, Deadline deadline, Ready ready,
+    std::unique_lock<ConnectionLock>& lock, Deadline deadline, Ready ready,
     const char* waiting_for) {
   while (true) {
     if (!failure_.ok()) return failure_;
@@ -256,7 +256,7 @@ template <typename Ready>
 }
 
 inline absl::Status Connection::WaitForSeqLocked(
-    std::unique_lock<FutexMutex>& lock, uint64_t seq, Deadline deadline) {
+    std::unique_lock<ConnectionLock>& lock, uint64_t seq, Deadline deadline) {
   return WaitUntilLocked(
       lock, deadline, [&] { return sq_.completed() > seq; },
       "work request not completed");

@@ -106,7 +106,7 @@ bool Connection::MaybeKeepaliveLocked(Deadline now) {
   return true;
 }
 
-void Connection::ReadSetupStreamLocked(std::unique_lock<FutexMutex>& lock) {
+void Connection::ReadSetupStreamLocked(std::unique_lock<ConnectionLock>& lock) {
   if (!setup_watched_) return;
   uint8_t bytes[16];
   while (true) {
@@ -152,7 +152,7 @@ void Connection::NoteAsyncEventLocked(std::string_view symptom) {
   }
 }
 
-void Connection::ServiceLocked(std::unique_lock<FutexMutex>& lock,
+void Connection::ServiceLocked(std::unique_lock<ConnectionLock>& lock,
                                bool setup_readable, bool async_readable) {
   if (async_readable) context_.PollAsyncEvents();
   NoteAsyncEventLocked();
@@ -160,7 +160,7 @@ void Connection::ServiceLocked(std::unique_lock<FutexMutex>& lock,
 }
 
 absl::Status Connection::Check(Deadline deadline) {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (peer_closed_) return PeerClosedError();

@@ -123,8 +123,8 @@ void Connection::PostRepostsAndCreditsLocked() {
 }
 
 absl::StatusOr<uint64_t> Connection::SendEagerLocked(
-    std::unique_lock<FutexMutex>& lock, const std::byte* data, uint32_t size,
-    const MemoryRegion* from, Deadline deadline, ImmKind kind) {
+    std::unique_lock<ConnectionLock>& lock, const std::byte* data,
+    uint32_t size, const MemoryRegion* from, Deadline deadline, ImmKind kind) {
   const bool send_inline = ShouldSendInline(size, inline_.usable_inline);
   const bool copy = !send_inline && from == nullptr;
   // A message goes on the wire after every one-sided op posted before it:
@@ -157,7 +157,7 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
 }
 
 absl::Status Connection::SendRendezvousLocked(
-    std::unique_lock<FutexMutex>& lock, const MemoryRegion& region,
+    std::unique_lock<ConnectionLock>& lock, const MemoryRegion& region,
     size_t offset, size_t length, Deadline deadline) {
   std::array<std::byte, kRendezvousRequestBytes> request;
   RemoteRegion{reinterpret_cast<uint64_t>(region.data() + offset), length,
@@ -196,7 +196,7 @@ absl::Status Connection::SendRendezvousLocked(
 absl::Status Connection::Send(std::span<const std::byte> message,
                               Deadline deadline) {
   const size_t size = message.size();
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (size <= send_limit_) [[likely]] {
@@ -218,7 +218,7 @@ absl::Status Connection::Send(std::span<const std::byte> message,
 
 absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
                                   size_t length, Deadline deadline) {
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status checked =
           CheckSendSourceLocked(region, offset, length, "SendFrom");
@@ -253,14 +253,14 @@ absl::Status Connection::RendezvousAccessError(size_t length) const {
 void Connection::ReleaseBorrowed(uint32_t slot) {
   // Not a call Close() waits for (no CallScope): it never lets go of mu_,
   // and giving a slot back wakes nobody on this side.
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   ReleaseViewSlotLocked(slot);
   // kEvent: a failed repost makes the readiness fd readable.
   if (event_mode_) LeaveLocked(lock);
 }
 
 absl::StatusOr<size_t> Connection::ReadRendezvousLocked(
-    std::unique_lock<FutexMutex>& lock, const ReceiveTarget& target,
+    std::unique_lock<ConnectionLock>& lock, const ReceiveTarget& target,
     const RemoteRegion& request, uint32_t slot) {
   const size_t length = request.length;
   // The memory to read into: the caller's region, or its buffer registered
@@ -311,7 +311,7 @@ absl::StatusOr<size_t> Connection::ReadRendezvousLocked(
 absl::StatusOr<size_t> Connection::ReceiveMessage(const ReceiveTarget& target,
                                                   Deadline deadline) {
   using Mode = ReceiveTarget::Mode;
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   // ReceiveBorrowed(&view): the slot the view holds goes back first, under
   // the same lock.

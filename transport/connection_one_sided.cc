@@ -88,7 +88,7 @@ uint64_t Connection::PipelinedPieceLocked(uint64_t cap) const {
   return std::min(max_piece, std::max<uint64_t>(cap / kRdmaPiecesUnderCap, 1));
 }
 
-absl::Status Connection::RdmaLocked(std::unique_lock<FutexMutex>& lock,
+absl::Status Connection::RdmaLocked(std::unique_lock<ConnectionLock>& lock,
                                     std::span<const RdmaOp> ops, bool is_write,
                                     RdmaChain& chain, RdmaPipeline& pipeline,
                                     uint64_t* ops_done) {
@@ -174,7 +174,7 @@ absl::Status Connection::Write(std::span<const RdmaOp> ops) {
   if (absl::Status status = CheckRdmaOps(ops, true); !status.ok()) {
     return status;
   }
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   return RdmaLocked(lock, ops, true, rdma_chain_, rdma_pipeline_,
@@ -185,7 +185,7 @@ absl::Status Connection::Read(std::span<const RdmaOp> ops) {
   if (absl::Status status = CheckRdmaOps(ops, false); !status.ok()) {
     return status;
   }
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   return RdmaLocked(lock, ops, false, rdma_chain_, rdma_pipeline_,
@@ -234,7 +234,7 @@ absl::StatusOr<PeerRegion> Connection::BindRegion(const MemoryRegion& region,
         "not in device_cap_flags); share the region with remote() instead"));
   }
 
-  std::unique_lock<FutexMutex> lock = Enter();
+  std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (absl::Status status = WaitUntilLocked(

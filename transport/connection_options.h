@@ -30,6 +30,21 @@ class Engine;
 
 enum class ProgressMode { kBusyPoll, kEvent };
 
+// Who may call a connection at once (connection.h, "Thread-safety";
+// connection_lock.h).
+enum class ThreadMode {
+  // One thread may receive while another sends; status() and stats() from
+  // any thread at any time. The lock costs an atomic instruction to take
+  // and one to leave.
+  kShared,
+  // The caller makes sure that no two calls on the connection overlap,
+  // status(), stats(), its views' Release() and its engine's calls
+  // included: one thread, or several that hand it over with their own
+  // synchronisation (UCX's UCS_THREAD_MODE_SERIALIZED). Nothing atomic is
+  // locked. Two calls caught overlapping abort the process.
+  kSerialized,
+};
+
 struct ConnectionOptions {
   // Receives kept posted, i.e. the credits the peer starts with (>= 2).
   uint32_t recv_slots = 64;
@@ -59,6 +74,7 @@ struct ConnectionOptions {
   // recv_slots.
   uint32_t credit_batch = 0;
   ProgressMode progress = ProgressMode::kBusyPoll;
+  ThreadMode thread_mode = ThreadMode::kShared;
   // The whole TCP handshake must finish within this.
   std::chrono::milliseconds handshake_timeout{5000};
   // Any wait idle (no completion) this long probes the peer; 0 disables.

@@ -136,7 +136,7 @@ void Connection::DispatchCompletionLocked(const ibv_wc& wc) {
   }
 }
 
-bool Connection::PollOnceLocked(std::unique_lock<FutexMutex>& lock) {
+bool Connection::PollOnceLocked(std::unique_lock<ConnectionLock>& lock) {
   if (cq_ == nullptr) return false;
   if (engine_attached_) {
     // The CQ is shared: the engine polls it and hands each completion to
@@ -170,12 +170,12 @@ bool Connection::PollOnceLocked(std::unique_lock<FutexMutex>& lock) {
   return true;
 }
 
-void Connection::DrainCqLocked(std::unique_lock<FutexMutex>& lock) {
+void Connection::DrainCqLocked(std::unique_lock<ConnectionLock>& lock) {
   while (PollOnceLocked(lock)) {
   }
 }
 
-absl::Status Connection::WaitLocked(std::unique_lock<FutexMutex>& lock,
+absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
                                     uint64_t token, Deadline deadline) {
   // An engine's connection busy-polls: the engine's fd is the one to sleep
   // on (engine.h).
@@ -311,7 +311,7 @@ void Connection::DrainChannelLocked() {
   }
 }
 
-void Connection::LeaveLocked(std::unique_lock<FutexMutex>& lock) {
+void Connection::LeaveLocked(std::unique_lock<ConnectionLock>& lock) {
   if (engine_ != nullptr || options_.progress != ProgressMode::kEvent ||
       cq_ == nullptr) {
     return;
@@ -342,8 +342,8 @@ void Connection::UpdateReadinessLocked() {
   ready_set_ = ready;
 }
 
-void Connection::SleepLocked(std::unique_lock<FutexMutex>& lock, uint64_t token,
-                             Deadline until, WaitKind kind) {
+void Connection::SleepLocked(std::unique_lock<ConnectionLock>& lock,
+                             uint64_t token, Deadline until, WaitKind kind) {
   if (env_.virtual_time() || kind == WaitKind::kSpin) {
     ++env_waiters_;
     ++wake_interest_;

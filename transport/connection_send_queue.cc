@@ -84,7 +84,7 @@ absl::StatusOr<uint64_t> Connection::PostControlLocked(WrKind kind,
   return seq;
 }
 
-void Connection::QuiesceLocked(std::unique_lock<FutexMutex>& lock) {
+void Connection::QuiesceLocked(std::unique_lock<ConnectionLock>& lock) {
   if (inline_.qp == nullptr || sq_.Idle()) return;
   // Flush whatever is still queued, then wait until the NIC has given every
   // work request back.

@@ -229,7 +229,7 @@ QpEndpoint Connection::LocalEndpoint() const {
 RemoteRegion Connection::ProbeTarget() const { return probe_slot_.remote(); }
 
 void Connection::AdoptSetupStream(Socket stream) {
-  std::unique_lock<FutexMutex> lock(mu_);
+  std::unique_lock<ConnectionLock> lock(mu_);
   handshake_done_ = true;
   setup_ = std::move(stream);
   setup_watched_ = setup_.valid();
@@ -261,7 +261,7 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
   }
   path_ = path;
   path_.rendezvous = path.rendezvous && options_.rendezvous;
-  std::unique_lock<FutexMutex> lock(mu_);
+  std::unique_lock<ConnectionLock> lock(mu_);
   // With a shared receive queue the engine posted every slot already.
   for (uint32_t slot = 0; srq_pool_ == nullptr && slot < options_.recv_slots;
        ++slot) {
@@ -286,7 +286,7 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
 }
 
 void Connection::SetPeerProbe(const RemoteRegion& peer_probe) {
-  std::unique_lock<FutexMutex> lock(mu_);
+  std::unique_lock<ConnectionLock> lock(mu_);
   peer_probe_ = peer_probe;
 }
 

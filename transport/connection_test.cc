@@ -6,12 +6,15 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
+#include "tests/connection_test_peer.h"
 #include "tests/swallow_send_completions.h"
 #include "transport/listener.h"
 #include "verbs_shim/verbs_wrapper.h"
@@ -63,6 +66,29 @@ class ConnectionTest : public ::testing::Test {
 
 // The probe's own wire time on the simulated link: a few microseconds.
 constexpr auto kWireSlack = std::chrono::microseconds(20);
+
+// kSerialized: a call that finds another inside (here the test holds the
+// lock as that call would) aborts, naming the broken promise; the
+// connection's own calls, one at a time, carry messages as ever.
+TEST_F(ConnectionTest, ASerializedConnectionAbortsACallThatOverlapsAnother) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ConnectionOptions options;
+  options.thread_mode = ThreadMode::kSerialized;
+  ASSERT_NO_FATAL_FAILURE(Connect(options));
+  EXPECT_DEATH(
+      {
+        std::unique_lock<ConnectionLock> inside(
+            ConnectionTestPeer::Lock(*client_));
+        (void)client_->stats();
+      },
+      "two calls at once on a connection made with ThreadMode::kSerialized");
+  const std::vector<std::byte> message(64, std::byte{9});
+  ASSERT_TRUE(client_->Send(message).ok());
+  std::vector<std::byte> buffer(64);
+  absl::StatusOr<size_t> n = server_->Receive(buffer);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(buffer, message);
+}
 
 TEST_F(ConnectionTest, APeerThatNeverAnswersIsDeclaredGone) {
   ConnectionOptions options;

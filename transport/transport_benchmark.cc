@@ -17,7 +17,8 @@
 //                                        (signalled), poll the sender's CQ,
 //                                        poll the receiver's CQ, repost the
 //                                        receive
-//   BM_Overhead/<size>/<inline>/<zero_copy>  both, interleaved in blocks of
+//   BM_Overhead/<size>/<inline>/<zero_copy>/<serialized>
+//                                        both, interleaved in blocks of
 //                                        256 messages; reports the median ns
 //                                        per message of each and their
 //                                        ratio. zero_copy 1: SendFrom() a
@@ -25,7 +26,10 @@
 //                                        ReceiveBorrowed(&view) (one view
 //                                        kept: its slot goes back with the
 //                                        next receive); slots as large as
-//                                        the message on both (4 KiB at least)
+//                                        the message on both (4 KiB at
+//                                        least). serialized 1: both
+//                                        connections in ThreadMode::
+//                                        kSerialized (no atomic lock)
 //   BM_HandshakeEncode / BM_HandshakeDecode   a HELLO with a 16-byte token
 //   BM_ConnectionSetup                   Connect + Accept + both Close()s
 //
@@ -102,6 +106,7 @@ class Setup {
                         uint32_t slot_bytes = 4096) {
     ConnectionOptions server_options;
     server_options.max_message_size = slot_bytes;
+    server_options.thread_mode = client_options.thread_mode;
     std::unique_ptr<Listener> listener =
         Must(Listener::Create(*server_context_, "127.0.0.1:0", server_options),
              "listen");
@@ -240,6 +245,7 @@ void BM_Overhead(benchmark::State& state) {
   Setup setup(state.range(1) != 0);
   ConnectionOptions client_options;
   client_options.max_message_size = slot;
+  if (state.range(3) != 0) client_options.thread_mode = ThreadMode::kSerialized;
   setup.ConnectTransport(client_options, slot);
   setup.ConnectRaw(slot);
   std::vector<std::byte> message(size, std::byte{0x5a});
@@ -304,12 +310,16 @@ void MessageArgs(benchmark::internal::Benchmark* b) {
 }
 
 // <zero_copy> 1: SendFrom() a registered region and ReceiveBorrowed();
-// 0: Send() and Receive(), copying. Sizes to 64 KiB, slots as large.
+// 0: Send() and Receive(), copying. <serialized> 1: both connections in
+// ThreadMode::kSerialized (no atomic lock; zero copy only). Sizes to 64 KiB,
+// slots as large.
 void OverheadArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"size", "inline", "zero_copy"});
+  b->ArgNames({"size", "inline", "zero_copy", "serialized"});
   for (int size : {8, 64, 256, 4096, 65536}) {
     for (int allow_inline : {1, 0}) {
-      for (int zero_copy : {1, 0}) b->Args({size, allow_inline, zero_copy});
+      b->Args({size, allow_inline, 1, 0});
+      b->Args({size, allow_inline, 1, 1});
+      b->Args({size, allow_inline, 0, 0});
     }
   }
 }

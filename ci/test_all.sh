@@ -46,6 +46,7 @@ stage() {
 # The suites that run threads against each other.
 threaded_targets=(
   //sim:threads_test
+  //transport:biased_mutex_test
   //transport:connection_lock_test
   //transport:connection_test
   //tests:e2e_sim_test

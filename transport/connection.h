@@ -654,6 +654,9 @@ class Connection final : private AsyncEventListener {
   // poller holding it knows whether anybody wants it.
   // (Inline, connection_internal.h.)
   std::unique_lock<ConnectionLock> Enter() const;
+  // Takes mu_ on the thread that sets the connection up, leaving its bias
+  // for the user's first call (connection_lock.h, LockForSetup()).
+  std::unique_lock<ConnectionLock> EnterForSetup();
 
   // --- What every message touches, together at the front. With a thousand
   // connections on one core their state is far larger than the cache: each

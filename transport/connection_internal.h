@@ -47,6 +47,13 @@ inline std::unique_lock<ConnectionLock> Connection::Enter() const {
   return lock;
 }
 
+// The lock for setup (connection_lock.h, LockForSetup()): the thread that
+// dials or accepts must not take the bias the user's thread will want.
+inline std::unique_lock<ConnectionLock> Connection::EnterForSetup() {
+  mu_.LockForSetup();
+  return std::unique_lock<ConnectionLock>(mu_, std::adopt_lock);
+}
+
 inline void Connection::NotifyLocked() {
   if (wake_interest_ == 0) [[likely]]
     return;

@@ -3,9 +3,14 @@
 // `ConnectionLock`: the Connection's lock, in one of the two thread modes of
 // ConnectionOptions::thread_mode.
 //
-//   kShared      a FutexMutex (futex_mutex.h): one atomic instruction to
-//                take and one to leave when nobody else wants it; threads
-//                that meet on it wait for each other.
+//   kShared      a BiasedMutex (biased_mutex.h): the thread that uses the
+//                connection owns the lock's bias and takes and leaves it
+//                with plain loads and stores; a second thread revokes the
+//                bias (a membarrier(2) call), once to take it over (a
+//                connection accepted on one thread and used on another),
+//                and a second time to make the lock a FutexMutex for good
+//                (one atomic instruction to take, one to leave) when
+//                threads really share the connection.
 //   kSerialized  the caller has promised that no two calls overlap, so
 //                nothing is excluded: taking and leaving are a plain load
 //                and store of a busy flag (no locked instruction, no
@@ -16,10 +21,12 @@
 //                flag clear); ThreadSanitizer reports every overlap.
 //
 // Four locked instructions a message (the send and the receive call each
-// take and leave the lock) are about 4% of a 4 KiB message on the
+// take and leave the lock) were about 4% of a 4 KiB message on the
 // simulator's benchmark (docs/performance.md, "Where the simulator's
-// overhead goes"): kSerialized is for the thread that owns its
-// connections, as UCX's UCS_THREAD_MODE_SERIALIZED or an ibv_td.
+// overhead goes"). The bias removes them for a connection one thread uses
+// at a time, with no promise asked; kSerialized is for connections that
+// move between threads all the time (a bias would be revoked for good on
+// the second move), as UCX's UCS_THREAD_MODE_SERIALIZED or an ibv_td.
 //
 // Contract: Lockable (lock, try_lock, unlock) for std::unique_lock and
 // std::condition_variable_any; not recursive; unlock() only by the holder.
@@ -35,8 +42,8 @@
 
 #include <atomic>
 
+#include "transport/biased_mutex.h"
 #include "transport/connection_options.h"
-#include "transport/futex_mutex.h"
 
 namespace rdma_transport {
 
@@ -76,7 +83,20 @@ class ConnectionLock {
     shared_.unlock();
   }
 
+  // For a connection's setup, on the thread that dials or accepts before
+  // the connection is handed to its user: kShared's lock is taken without
+  // its bias, which the user's first call takes (biased_mutex.h).
+  void LockForSetup() {
+    if (serialized_) {
+      lock();
+      return;
+    }
+    shared_.LockWithoutBias();
+  }
+
   bool serialized() const { return serialized_; }
+  // kShared's lock, for tests and diagnostics (its state() and bias).
+  const BiasedMutex& shared() const { return shared_; }
 
  private:
   [[noreturn]] static void Overlapped();
@@ -85,7 +105,7 @@ class ConnectionLock {
   // kSerialized: a call is inside. Relaxed: the caller's own
   // synchronisation orders its calls; this only catches a broken promise.
   std::atomic<bool> busy_{false};
-  FutexMutex shared_;
+  BiasedMutex shared_;
 };
 
 }  // namespace rdma_transport

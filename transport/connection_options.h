@@ -34,14 +34,17 @@ enum class ProgressMode { kBusyPoll, kEvent };
 // connection_lock.h).
 enum class ThreadMode {
   // One thread may receive while another sends; status() and stats() from
-  // any thread at any time. The lock costs an atomic instruction to take
-  // and one to leave.
+  // any thread at any time. A connection used by one thread at a time
+  // takes its lock with plain loads and stores (a biased lock); once two
+  // threads have met on it, an atomic instruction to take it and one to
+  // leave (connection_lock.h).
   kShared,
   // The caller makes sure that no two calls on the connection overlap,
   // status(), stats(), its views' Release() and its engine's calls
   // included: one thread, or several that hand it over with their own
   // synchronisation (UCX's UCS_THREAD_MODE_SERIALIZED). Nothing atomic is
-  // locked. Two calls caught overlapping abort the process.
+  // locked, however often the connection moves between threads. Two calls
+  // caught overlapping abort the process.
   kSerialized,
 };
 

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
+#include "transport/connection_internal.h"
 #include "transport/handshake.h"
 #include "transport/rendezvous_request.h"
 #include "verbs_shim/verbs_error.h"
@@ -229,7 +230,7 @@ QpEndpoint Connection::LocalEndpoint() const {
 RemoteRegion Connection::ProbeTarget() const { return probe_slot_.remote(); }
 
 void Connection::AdoptSetupStream(Socket stream) {
-  std::unique_lock<ConnectionLock> lock(mu_);
+  std::unique_lock<ConnectionLock> lock = EnterForSetup();
   handshake_done_ = true;
   setup_ = std::move(stream);
   setup_watched_ = setup_.valid();
@@ -261,7 +262,7 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
   }
   path_ = path;
   path_.rendezvous = path.rendezvous && options_.rendezvous;
-  std::unique_lock<ConnectionLock> lock(mu_);
+  std::unique_lock<ConnectionLock> lock = EnterForSetup();
   // With a shared receive queue the engine posted every slot already.
   for (uint32_t slot = 0; srq_pool_ == nullptr && slot < options_.recv_slots;
        ++slot) {
@@ -286,7 +287,7 @@ absl::Status Connection::Establish(const QpEndpoint& remote,
 }
 
 void Connection::SetPeerProbe(const RemoteRegion& peer_probe) {
-  std::unique_lock<ConnectionLock> lock(mu_);
+  std::unique_lock<ConnectionLock> lock = EnterForSetup();
   peer_probe_ = peer_probe;
 }
 

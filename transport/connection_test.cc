@@ -5,8 +5,11 @@
 #include "transport/connection.h"
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -16,6 +19,7 @@
 #include "tests/connection_pair.h"
 #include "tests/connection_test_peer.h"
 #include "tests/swallow_send_completions.h"
+#include "transport/biased_mutex.h"
 #include "transport/listener.h"
 #include "verbs_shim/verbs_wrapper.h"
 
@@ -88,6 +92,49 @@ TEST_F(ConnectionTest, ASerializedConnectionAbortsACallThatOverlapsAnother) {
   absl::StatusOr<size_t> n = server_->Receive(buffer);
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(buffer, message);
+}
+
+// kShared: the thread that dialled owns the lock's bias; a sending thread
+// takes it over (the first revocation), and the main thread's stats() then
+// makes it a plain FutexMutex for good (the second). Every message crosses
+// each of those hand-overs intact and in order.
+TEST_F(ConnectionTest, ASharedConnectionsLockMovesItsBiasOnceThenIsShared) {
+  ASSERT_NO_FATAL_FAILURE(Connect(ConnectionOptions{}));
+  const BiasedMutex& lock = ConnectionTestPeer::Lock(*client_).shared();
+  if (!BiasedMutex::BiasingAvailable()) {
+    GTEST_SKIP() << "membarrier(PRIVATE_EXPEDITED) unavailable";
+  }
+  std::vector<std::byte> buffer(64);
+  ASSERT_TRUE(client_->Send(std::as_bytes(std::span("first", 5))).ok());
+  ASSERT_TRUE(server_->Receive(buffer).ok());
+  EXPECT_TRUE(lock.biased_to_this_thread());
+
+  constexpr int kMessages = 200;
+  std::thread sender([&] {
+    for (int i = 0; i < kMessages; ++i) {
+      const uint32_t value = i;
+      ASSERT_TRUE(client_->Send(std::as_bytes(std::span(&value, 1))).ok());
+    }
+    EXPECT_TRUE(lock.biased_to_this_thread());  // the bias moved here
+  });
+  for (int i = 0; i < kMessages; ++i) {
+    absl::StatusOr<size_t> n = server_->Receive(buffer);
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_EQ(*n, sizeof(uint32_t));
+    uint32_t value = 0;
+    std::memcpy(&value, buffer.data(), sizeof value);
+    EXPECT_EQ(value, static_cast<uint32_t>(i));
+  }
+  sender.join();
+  EXPECT_EQ(lock.state(), BiasedMutex::State::kBiased);
+  EXPECT_FALSE(lock.biased_to_this_thread());
+
+  EXPECT_EQ(client_->stats().messages_sent, uint64_t{kMessages} + 1);
+  EXPECT_EQ(lock.state(), BiasedMutex::State::kRevoked);
+  ASSERT_TRUE(client_->Send(std::as_bytes(std::span("last", 4))).ok());
+  absl::StatusOr<size_t> n = server_->Receive(buffer);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 4u);
 }
 
 TEST_F(ConnectionTest, APeerThatNeverAnswersIsDeclaredGone) {

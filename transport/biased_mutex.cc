@@ -1,0 +1,155 @@
+// File: transport/biased_mutex.cc
+//
+// BiasedMutex's slow paths: taking an unowned bias, revoking another
+// thread's, and the asymmetric barrier (biased_mutex.h).
+
+#include "transport/biased_mutex.h"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace rdma_transport {
+namespace {
+
+long Membarrier(int command) {
+  return syscall(__NR_membarrier, command, 0, 0);
+}
+
+// Every running thread of this process executes a full barrier before
+// this returns (threads not running pass one when they are scheduled).
+void HeavyBarrier() {
+  if (Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) [[likely]] return;
+  // Registered in BiasingAvailable() before any mutex was biased: only a
+  // kernel bug gets here, and without the barrier no revocation is safe.
+  std::fprintf(stderr,
+               "rdma_transport: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) "
+               "failed after registration: %s; cannot revoke a BiasedMutex\n",
+               std::strerror(errno));
+  std::abort();
+}
+
+}  // namespace
+
+bool BiasedMutex::BiasingAvailable() {
+  static const bool available = [] {
+    const long commands = Membarrier(MEMBARRIER_CMD_QUERY);
+    if (commands < 0 || (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) {
+      return false;
+    }
+    return Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+  }();
+  return available;
+}
+
+BiasedMutex::State BiasedMutex::state() const {
+  const uintptr_t owner = owner_.load(std::memory_order_acquire);
+  if (owner == kUnowned) return State::kUnowned;
+  if (owner == kRevoked) return State::kRevoked;
+  return State::kBiased;  // a revocation under way counts as biased still
+}
+
+void BiasedMutex::BackOff(std::atomic<uint32_t>& busy) {
+  busy.store(0, std::memory_order_release);
+  busy.notify_all();  // the revoker may have seen our 1
+}
+
+void BiasedMutex::LeaveDuringRevocation() {
+  // A holder that finds kRevoking cannot tell from owner_ which bias it
+  // holds. The second word first: while the first bias is being revoked
+  // nobody owns the second yet, and once the first word reads 0 the
+  // revoker may hand the second out.
+  busy_[1].store(0, std::memory_order_release);
+  busy_[0].store(0, std::memory_order_release);
+  busy_[1].notify_all();
+  busy_[0].notify_all();
+}
+
+bool BiasedMutex::FinishRevocation(uintptr_t from) {
+  HeavyBarrier();
+  std::atomic<uint32_t>& busy = busy_[from & kSecondBias];
+  while (busy.load(std::memory_order_acquire) != 0) {
+    busy.wait(1, std::memory_order_acquire);
+  }
+  const bool take_bias = (from & kSecondBias) == 0;
+  owner_.store(take_bias ? ThisThread() | kSecondBias : kRevoked,
+               std::memory_order_release);
+  owner_.notify_all();
+  return take_bias;
+}
+
+void BiasedMutex::LockSlow() {
+  const uintptr_t me = ThisThread();
+  while (true) {
+    uintptr_t owner = owner_.load(std::memory_order_acquire);
+    if (owner == kRevoked) {
+      fallback_.lock();
+      return;
+    }
+    if (owner == kRevoking) {
+      owner_.wait(kRevoking, std::memory_order_acquire);
+      continue;
+    }
+    if ((owner & ~kSecondBias) == me) {  // ours; we backed off before
+      if (EnterBiased(owner)) return;
+      continue;
+    }
+    if (owner == kUnowned) {
+      if (ClaimUnowned(/*wait=*/true) && EnterBiased(me)) return;
+      continue;
+    }
+    // Another thread's bias.
+    if (!owner_.compare_exchange_strong(owner, kRevoking,
+                                        std::memory_order_acq_rel)) {
+      continue;
+    }
+    if (!FinishRevocation(owner)) {
+      fallback_.lock();
+      return;
+    }
+    if (EnterBiased(me | kSecondBias)) return;
+  }
+}
+
+bool BiasedMutex::TryLockSlow() {
+  if (owner_.load(std::memory_order_acquire) == kUnowned &&
+      ClaimUnowned(/*wait=*/false)) {
+    return EnterBiased(ThisThread());
+  }
+  if (owner_.load(std::memory_order_acquire) == kRevoked) {
+    return fallback_.try_lock();
+  }
+  return false;  // another thread's bias, a revocation under way, or an
+                 // unowned mutex held without bias
+}
+
+bool BiasedMutex::ClaimUnowned(bool wait) {
+  // Under the FutexMutex: a LockWithoutBias() holder is inside it.
+  if (wait) {
+    fallback_.lock();
+  } else if (!fallback_.try_lock()) {
+    return false;
+  }
+  uintptr_t expected = kUnowned;
+  const bool claimed = owner_.compare_exchange_strong(
+      expected, ThisThread(), std::memory_order_acq_rel);
+  fallback_.unlock();
+  return claimed;
+}
+
+void BiasedMutex::LockWithoutBias() {
+  if (owner_.load(std::memory_order_acquire) == kUnowned) {
+    fallback_.lock();
+    // Nobody can claim the bias while we hold the FutexMutex.
+    if (owner_.load(std::memory_order_acquire) == kUnowned) return;
+    fallback_.unlock();
+  }
+  lock();
+}
+
+}  // namespace rdma_transport

@@ -59,6 +59,10 @@ void BiasedMutex::BackOff(std::atomic<uint32_t>& busy) {
   busy.notify_all();  // the revoker may have seen our 1
 }
 
+void BiasedMutex::WakeRevoker(std::atomic<uint32_t>& busy) {
+  busy.notify_all();
+}
+
 void BiasedMutex::LeaveDuringRevocation() {
   // A holder that finds kRevoking cannot tell from owner_ which bias it
   // holds. The second word first: while the first bias is being revoked

@@ -126,19 +126,19 @@ class BiasedMutex {
     // revocation wait for the holder to leave, so owner_ is still what
     // the holder found, or kRevoking).
     const uintptr_t owner = owner_.load(std::memory_order_relaxed);
-    if (owner <= kRevoked) {
-      fallback_.unlock();
-      return;
-    }
-    if (owner != kRevoking) [[likely]] {
+    if (owner > kRevoking) [[likely]] {
       std::atomic<uint32_t>& busy = busy_[owner & kSecondBias];
       busy.store(0, std::memory_order_release);
       if (owner_.load(std::memory_order_relaxed) == kRevoking) [[unlikely]] {
-        busy.notify_all();
+        WakeRevoker(busy);
       }
       return;
     }
-    LeaveDuringRevocation();
+    if (owner == kRevoking) {
+      LeaveDuringRevocation();
+      return;
+    }
+    fallback_.unlock();  // kUnowned or kRevoked
   }
 
   // For tests and diagnostics: a snapshot, from any thread.
@@ -185,6 +185,8 @@ class BiasedMutex {
   }
 
   static void BackOff(std::atomic<uint32_t>& busy);
+  // Out of line: std::atomic::notify_all() inlines a good deal.
+  static void WakeRevoker(std::atomic<uint32_t>& busy);
   // Makes this thread the owner of an unowned mutex, under the FutexMutex
   // (`wait` false: only if the FutexMutex is free). False: somebody else
   // claimed it first, or (`wait` false) the FutexMutex was held.

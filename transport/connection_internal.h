@@ -36,7 +36,8 @@ inline constexpr uint32_t kControlReserve = 2;
 
 // Inline: every call of the message path takes and leaves the lock once,
 // and a function call of its own for either showed in the profile.
-inline std::unique_lock<ConnectionLock> Connection::Enter() const {
+[[gnu::always_inline]] inline std::unique_lock<ConnectionLock>
+Connection::Enter() const {
   // Uncontended: one atomic operation, as a plain lock.
   std::unique_lock<ConnectionLock> lock(mu_, std::try_to_lock);
   if (lock.owns_lock()) [[likely]]

@@ -17,14 +17,13 @@
 namespace rdma_transport {
 namespace {
 
-long Membarrier(int command) {
-  return syscall(__NR_membarrier, command, 0, 0);
-}
+long Membarrier(int command) { return syscall(__NR_membarrier, command, 0, 0); }
 
 // Every running thread of this process executes a full barrier before
 // this returns (threads not running pass one when they are scheduled).
 void HeavyBarrier() {
-  if (Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) [[likely]] return;
+  if (Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) [[likely]]
+    return;
   // Registered in BiasingAvailable() before any mutex was biased: only a
   // kernel bug gets here, and without the barrier no revocation is safe.
   std::fprintf(stderr,
@@ -54,24 +53,39 @@ BiasedMutex::State BiasedMutex::state() const {
   return State::kBiased;  // a revocation under way counts as biased still
 }
 
+void BiasedMutex::Recursive() {
+  std::fprintf(stderr,
+               "rdma_transport: a BiasedMutex locked again by the thread "
+               "that holds it (it is not recursive)\n");
+  std::abort();
+}
+
+// Before each notify_all(): libstdc++ decides whether to wake anybody by a
+// load of its waiter count, which on x86 could pass our store of 0 and
+// miss a revoker that has just gone to sleep on the 1 it saw.
 void BiasedMutex::BackOff(std::atomic<uint32_t>& busy) {
   busy.store(0, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   busy.notify_all();  // the revoker may have seen our 1
 }
 
 void BiasedMutex::WakeRevoker(std::atomic<uint32_t>& busy) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   busy.notify_all();
 }
 
 void BiasedMutex::LeaveDuringRevocation() {
   // A holder that finds kRevoking cannot tell from owner_ which bias it
-  // holds. The second word first: while the first bias is being revoked
-  // nobody owns the second yet, and once the first word reads 0 the
-  // revoker may hand the second out.
-  busy_[1].store(0, std::memory_order_release);
-  busy_[0].store(0, std::memory_order_release);
-  busy_[1].notify_all();
-  busy_[0].notify_all();
+  // holds, but its own word can: while the first bias is being revoked
+  // nobody has ever owned the second (its word is 0), and the second's
+  // owner inside has its word at 1. One store: after it the revoker may
+  // go on, take the mutex, and even destroy it (the wake that follows
+  // uses only the word's address, as FutexMutex's unlock does).
+  std::atomic<uint32_t>& busy =
+      busy_[busy_[1].load(std::memory_order_relaxed) != 0 ? 1 : 0];
+  busy.store(0, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  busy.notify_all();
 }
 
 bool BiasedMutex::FinishRevocation(uintptr_t from) {

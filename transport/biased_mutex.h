@@ -50,14 +50,19 @@
 //
 // Contract: Lockable (lock, try_lock, unlock) for std::unique_lock and
 // std::condition_variable_any; not recursive (a second lock() by the bias
-// owner is not caught; try_lock() by the holder fails); unlock() only by
-// the holder. try_lock() never revokes (it fails while another thread owns the bias;
-// lock() then revokes). No errors: a membarrier that fails after the
+// owner aborts; try_lock() by the holder fails); unlock() only by the
+// holder. try_lock() never revokes, so a thread that only ever calls
+// try_lock() may never get in while another thread owns the bias, even an
+// idle one: lock() revokes. No errors: a membarrier that fails after the
 // process registered for it aborts naming errno (it cannot, short of a
 // kernel bug). A thread's bias is keyed by the address of a thread_local:
 // a thread that reuses an exited owner's thread storage inherits its
 // biases, which is safe (the exited thread is not inside, and its exit
-// happens before the new thread's start).
+// happens before the new thread's start through glibc's stack cache,
+// which ThreadSanitizer does not see: it may report such a hand-over).
+// The owner's side relies on the compiler keeping its relaxed accesses in
+// program order across std::atomic_signal_fence, as every asymmetric
+// fence does (folly's asymmetric_thread_fence_light is the same).
 //
 //   BiasedMutex mu;
 //   {
@@ -92,7 +97,8 @@ class BiasedMutex {
   void lock() {
     const uintptr_t owner = owner_.load(std::memory_order_acquire);
     if ((owner & ~kSecondBias) == ThisThread()) [[likely]] {
-      if (EnterBiased(owner)) [[likely]] return;
+      if (EnterBiased(owner)) [[likely]]
+        return;
     } else if (owner == kRevoked) {
       fallback_.lock();
       return;
@@ -129,6 +135,10 @@ class BiasedMutex {
     if (owner > kRevoking) [[likely]] {
       std::atomic<uint32_t>& busy = busy_[owner & kSecondBias];
       busy.store(0, std::memory_order_release);
+      // The load after the store in program order (the handshake, as in
+      // EnterBiased()): C++ would let a relaxed load move above a release
+      // store, and a revoker that saw our 1 could then sleep unwoken.
+      std::atomic_signal_fence(std::memory_order_seq_cst);
       if (owner_.load(std::memory_order_relaxed) == kRevoking) [[unlikely]] {
         WakeRevoker(busy);
       }
@@ -173,6 +183,10 @@ class BiasedMutex {
   // as loaded. False: a revocation began and we backed off.
   bool EnterBiased(uintptr_t owner) {
     std::atomic<uint32_t>& busy = busy_[owner & kSecondBias];
+    // Only we write our word: 1 is a lock() inside our own hold, which
+    // would let a revoker in at the inner unlock().
+    if (busy.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      Recursive();
     busy.store(1, std::memory_order_relaxed);
     // The store before the load in program order; the revoker's
     // membarrier is what orders them on the CPU.
@@ -184,6 +198,7 @@ class BiasedMutex {
     return false;
   }
 
+  [[noreturn]] static void Recursive();
   static void BackOff(std::atomic<uint32_t>& busy);
   // Out of line: std::atomic::notify_all() inlines a good deal.
   static void WakeRevoker(std::atomic<uint32_t>& busy);

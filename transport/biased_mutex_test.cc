@@ -126,6 +126,52 @@ TEST(BiasedMutexTest, ARevokerWaitsForTheOwnerInsideToLeave) {
   EXPECT_FALSE(mu.biased_to_this_thread());
 }
 
+// The same for the second revocation: the second owner is inside (its own
+// word), and the revoker makes the mutex a FutexMutex only after it left.
+TEST(BiasedMutexTest, TheSecondRevokerWaitsForTheSecondOwnerInsideToLeave) {
+  SKIP_WITHOUT_BIASING();
+  BiasedMutex mu;
+  { std::unique_lock<BiasedMutex> lock(mu); }  // bias 1: ours
+  int guarded = 0;
+  std::atomic<bool> inside{false};
+  std::atomic<bool> leave{false};
+  std::thread second_owner([&] {
+    std::unique_lock<BiasedMutex> lock(mu);  // revokes ours: bias 2
+    inside = true;
+    while (!leave.load()) std::this_thread::yield();
+    guarded = 42;
+  });
+  while (!inside.load()) std::this_thread::yield();
+  ASSERT_EQ(mu.state(), State::kBiased);
+  std::atomic<bool> acquired{false};
+  int seen = -1;
+  std::thread revoker([&] {
+    std::unique_lock<BiasedMutex> lock(mu);  // the second revocation
+    acquired = true;
+    seen = guarded;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(acquired.load());
+  leave = true;
+  second_owner.join();
+  revoker.join();
+  EXPECT_TRUE(acquired.load());
+  EXPECT_EQ(seen, 42);
+  EXPECT_EQ(mu.state(), State::kRevoked);
+}
+
+TEST(BiasedMutexDeathTest, TheOwnerLockingItAgainAborts) {
+  SKIP_WITHOUT_BIASING();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        BiasedMutex mu;
+        mu.lock();
+        mu.lock();
+      },
+      "locked again by the thread that holds it");
+}
+
 // A connection's setup thread locks without the bias; the user's thread,
 // which waits for it while it is held, then takes the bias (no
 // revocation, nothing left for a later one to spend).

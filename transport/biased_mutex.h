@@ -164,6 +164,8 @@ class BiasedMutex {
   static bool BiasingAvailable();
 
  private:
+  friend class BiasedMutexTestPeer;
+
   // owner_ holds the owning thread's token, with kSecondBias set once the
   // bias moved (the first revocation), or one of these. Tokens are even
   // and far above them.

@@ -10,6 +10,22 @@
 #include "gtest/gtest.h"
 
 namespace rdma_transport {
+
+// Replays what a stale owner does: the thread that read its token just
+// before a revocation and runs its EnterBiased() only afterwards.
+class BiasedMutexTestPeer {
+ public:
+  static uintptr_t Owner(const BiasedMutex& mu) {
+    return mu.owner_.load(std::memory_order_acquire);
+  }
+  static uint32_t Busy(const BiasedMutex& mu, int bias) {
+    return mu.busy_[bias].load(std::memory_order_acquire);
+  }
+  static bool EnterBiased(BiasedMutex& mu, uintptr_t stale_owner) {
+    return mu.EnterBiased(stale_owner);
+  }
+};
+
 namespace {
 
 using State = BiasedMutex::State;
@@ -158,6 +174,49 @@ TEST(BiasedMutexTest, TheSecondRevokerWaitsForTheSecondOwnerInsideToLeave) {
   EXPECT_TRUE(acquired.load());
   EXPECT_EQ(seen, 42);
   EXPECT_EQ(mu.state(), State::kRevoked);
+}
+
+// A first owner that loaded its token before the first revocation and
+// enters only while the second owner is inside must back off, and touch
+// only its own word; so must the second owner's late entry after the
+// second revocation. The mutex excludes throughout.
+TEST(BiasedMutexTest, AStaleOwnersLateEntryBacksOffAndLeavesTheOthersWord) {
+  SKIP_WITHOUT_BIASING();
+  using Peer = BiasedMutexTestPeer;
+  BiasedMutex mu;
+  { std::unique_lock<BiasedMutex> lock(mu); }
+  const uintptr_t first = Peer::Owner(mu);  // our token: bias 1
+  std::atomic<bool> inside{false};
+  std::atomic<bool> leave{false};
+  uintptr_t second = 0;
+  std::thread second_owner([&] {
+    std::unique_lock<BiasedMutex> lock(mu);  // revokes ours
+    second = Peer::Owner(mu);
+    inside = true;
+    while (!leave.load()) std::this_thread::yield();
+  });
+  while (!inside.load()) std::this_thread::yield();
+  ASSERT_NE(second, first);
+  EXPECT_EQ(Peer::Busy(mu, 1), 1u);  // the second owner is inside
+  EXPECT_FALSE(Peer::EnterBiased(mu, first));
+  EXPECT_EQ(Peer::Busy(mu, 0), 0u);
+  EXPECT_EQ(Peer::Busy(mu, 1), 1u);  // untouched by the stale owner
+  leave = true;
+  second_owner.join();
+
+  { std::unique_lock<BiasedMutex> lock(mu); }  // the second revocation
+  ASSERT_EQ(mu.state(), State::kRevoked);
+  EXPECT_FALSE(Peer::EnterBiased(mu, second));
+  EXPECT_FALSE(Peer::EnterBiased(mu, first));
+  EXPECT_EQ(Peer::Busy(mu, 0), 0u);
+  EXPECT_EQ(Peer::Busy(mu, 1), 0u);
+  // Still a mutex: a FutexMutex from here on.
+  ASSERT_TRUE(mu.try_lock());
+  bool other_got_it = true;
+  std::thread other([&] { other_got_it = mu.try_lock(); });
+  other.join();
+  EXPECT_FALSE(other_got_it);
+  mu.unlock();
 }
 
 TEST(BiasedMutexDeathTest, TheOwnerLockingItAgainAborts) {

@@ -63,15 +63,14 @@ void BiasedMutex::Recursive() {
 // Before each notify_all(): libstdc++ decides whether to wake anybody by a
 // load of its waiter count, which on x86 could pass our store of 0 and
 // miss a revoker that has just gone to sleep on the 1 it saw.
-void BiasedMutex::BackOff(std::atomic<uint32_t>& busy) {
-  busy.store(0, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  busy.notify_all();  // the revoker may have seen our 1
-}
-
 void BiasedMutex::WakeRevoker(std::atomic<uint32_t>& busy) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   busy.notify_all();
+}
+
+void BiasedMutex::BackOff(std::atomic<uint32_t>& busy) {
+  busy.store(0, std::memory_order_release);
+  WakeRevoker(busy);  // the revoker may have seen our 1
 }
 
 void BiasedMutex::LeaveDuringRevocation() {
@@ -81,11 +80,7 @@ void BiasedMutex::LeaveDuringRevocation() {
   // owner inside has its word at 1. One store: after it the revoker may
   // go on, take the mutex, and even destroy it (the wake that follows
   // uses only the word's address, as FutexMutex's unlock does).
-  std::atomic<uint32_t>& busy =
-      busy_[busy_[1].load(std::memory_order_relaxed) != 0 ? 1 : 0];
-  busy.store(0, std::memory_order_release);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  busy.notify_all();
+  BackOff(busy_[busy_[1].load(std::memory_order_relaxed) != 0 ? 1 : 0]);
 }
 
 bool BiasedMutex::FinishRevocation(uintptr_t from) {
@@ -132,18 +127,6 @@ void BiasedMutex::LockSlow() {
     }
     if (EnterBiased(me | kSecondBias)) return;
   }
-}
-
-bool BiasedMutex::TryLockSlow() {
-  if (owner_.load(std::memory_order_acquire) == kUnowned &&
-      ClaimUnowned(/*wait=*/false)) {
-    return EnterBiased(ThisThread());
-  }
-  if (owner_.load(std::memory_order_acquire) == kRevoked) {
-    return fallback_.try_lock();
-  }
-  return false;  // another thread's bias, a revocation under way, or an
-                 // unowned mutex held without bias
 }
 
 bool BiasedMutex::ClaimUnowned(bool wait) {

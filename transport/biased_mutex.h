@@ -97,6 +97,10 @@ class BiasedMutex {
   void lock() {
     const uintptr_t owner = owner_.load(std::memory_order_acquire);
     if ((owner & ~kSecondBias) == ThisThread()) [[likely]] {
+      // Only we write our word: 1 is a lock() inside our own hold, which
+      // would let a revoker in at the inner unlock().
+      if (HoldingBias(owner)) [[unlikely]]
+        Recursive();
       if (EnterBiased(owner)) [[likely]]
         return;
     } else if (owner == kRevoked) {
@@ -109,14 +113,13 @@ class BiasedMutex {
   bool try_lock() {
     const uintptr_t owner = owner_.load(std::memory_order_acquire);
     if ((owner & ~kSecondBias) == ThisThread()) [[likely]] {
-      // Only we write our word: 1 means we hold it already.
-      if (busy_[owner & kSecondBias].load(std::memory_order_relaxed) != 0) {
-        return false;
-      }
-      return EnterBiased(owner);
+      return !HoldingBias(owner) && EnterBiased(owner);
     }
     if (owner == kRevoked) return fallback_.try_lock();
-    return TryLockSlow();
+    // Unowned: claim it, if the FutexMutex is free. Otherwise another
+    // thread's bias or a revocation under way: try_lock() never revokes.
+    return owner == kUnowned && ClaimUnowned(/*wait=*/false) &&
+           EnterBiased(ThisThread());
   }
 
   // Takes it without taking the bias: for a thread that uses the mutex
@@ -181,14 +184,17 @@ class BiasedMutex {
     return reinterpret_cast<uintptr_t>(&tag);
   }
 
+  // Whether this thread, the owner of bias `owner`, is inside: only the
+  // owner writes its word.
+  bool HoldingBias(uintptr_t owner) const {
+    return busy_[owner & kSecondBias].load(std::memory_order_relaxed) != 0;
+  }
+
   // The owner's way in (the file comment's handshake), `owner` its token
-  // as loaded. False: a revocation began and we backed off.
+  // as loaded, not inside already. False: a revocation began and we
+  // backed off.
   bool EnterBiased(uintptr_t owner) {
     std::atomic<uint32_t>& busy = busy_[owner & kSecondBias];
-    // Only we write our word: 1 is a lock() inside our own hold, which
-    // would let a revoker in at the inner unlock().
-    if (busy.load(std::memory_order_relaxed) != 0) [[unlikely]]
-      Recursive();
     busy.store(1, std::memory_order_relaxed);
     // The store before the load in program order; the revoker's
     // membarrier is what orders them on the CPU.
@@ -209,7 +215,6 @@ class BiasedMutex {
   // claimed it first, or (`wait` false) the FutexMutex was held.
   bool ClaimUnowned(bool wait);
   void LockSlow();
-  bool TryLockSlow();
   void LeaveDuringRevocation();
   // Ends the revocation this thread began (its CAS of `from` to
   // kRevoking): waits for the owner to leave, then takes the bias itself

@@ -51,6 +51,9 @@ SECONDS=0
 banner "packages"
 "$repo/ci/install_deps.sh" vm || { echo "run_ci_stage: INFRASTRUCTURE FAILURE: cannot install the vm packages"; exit "$EXIT_INFRA"; }
 
+banner "capture helpers (guest_lib_test.sh)"
+"$here/guest_lib_test.sh" || { echo "run_ci_stage: TEST FAILURE: the guest's capture helpers failed their test"; exit 1; }
+
 if [[ "${SOFTROCE_SELFTEST:-0}" == 1 ]]; then
   banner "runner self-test"
   "$here/selftest.sh" || { echo "run_ci_stage: INFRASTRUCTURE FAILURE: run_vm.sh self-test failed"; exit "$EXIT_INFRA"; }

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Test of guest_lib.sh's capture helpers on the host, without a VM or
+# tcpdump: stop_capture against a stand-in that answers SIGUSR1 with
+# tcpdump's statistics lines, and judge_tos on every outcome of a capture
+# (complete, a late packet left unread at the stop, kernel drops, a capture
+# that never went quiet, a pcap short of what the filter took, a wrong TOS).
+#
+#   ci/softroce/guest_lib_test.sh
+#
+# Takes about five seconds. Prints one line per case; exits 1 if any failed.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+out=$(mktemp -d "${TMPDIR:-/tmp}/guest-lib-test.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+IP_A=10.10.0.1
+IP_B=10.10.0.2
+summary="$out/summary.txt"
+# shellcheck source=ci/softroce/guest_lib.sh
+source "$here/guest_lib.sh"
+failures=0 # guest_lib's report() counts FAILs here; the cases keep their own
+case_failures=0
+
+# tcpdump's statistics, as it prints them at SIGUSR1 and at exit.
+stats() { # captured, received by filter, dropped by kernel
+  printf '%s packets captured\n%s packets received by filter\n%s packets dropped by kernel\n' "$@"
+}
+
+# A stand-in for tcpdump: answers every SIGUSR1 with the next line of
+# $out/<name>.script ("captured seen dropped"; the last one repeats) and
+# SIGINT with the line after that.
+fake_capture() { # name
+  local name=$1
+  : >"$out/$name.tcpdump.txt"
+  (
+    line=1
+    # shellcheck disable=SC2317 # run by the traps
+    answer() {
+      local n
+      n=$(wc -l <"$out/$name.script")
+      # shellcheck disable=SC2046 # the line's three counts, split
+      stats $(sed -n "$((line < n ? line : n))p" "$out/$name.script") >>"$out/$name.tcpdump.txt"
+      line=$((line + 1))
+    }
+    trap answer USR1
+    trap 'answer; exit 0' INT
+    while :; do sleep 0.05; done
+  ) &
+  capture_pid=$!
+  capture_name=$name
+  sleep 0.2 # the traps are set
+}
+
+# judge_tos's input: tos_counts (the pcap census) replaced by a fixed answer.
+census=''
+tos_counts() { echo "$census"; }
+
+expect() { # case, want PASS|FAIL, want text (grep -E) in the report
+  local name=$1 want=$2 text=$3 got
+  got=$(tail -n 1 "$summary")
+  if [[ "$got" == "$want "* && "$got" =~ $text ]]; then
+    printf 'PASS %-34s %s\n' "$name" "$got"
+  else
+    case_failures=$((case_failures + 1))
+    printf 'FAIL %-34s got: %s\n     want: %s ... %s\n' "$name" "$got" "$want" "$text"
+  fi
+}
+
+# 1. Traffic settles; the stop finds every packet written.
+printf '%s\n' '3000 4000 0' '4000 4000 0' '4000 4000 0' '4000 4000 0' >"$out/complete.script"
+fake_capture complete
+stop_capture
+census='4000 4000 2000 2000 0x88=4000'
+>/dev/null judge_tos "TOS tc136" complete 0x88 4000 1 "tclass 136"
+expect "complete capture" PASS '4000/4000 RoCE packets with IP TOS 0x88 \(2000 10.10.0.1->10.10.0.2, 2000 back'
+[[ "$capture_quiet_seen" == 4000 ]] || { case_failures=$((case_failures + 1)); echo "FAIL quiet count $capture_quiet_seen, want 4000"; }
+
+# 2. The CI failure of c4d9762 (6.1): one packet arrives after the capture
+#    went quiet and is still in the ring at SIGINT. Not a loss of the run's.
+printf '%s\n' '4000 4000 0' '4000 4000 0' '4000 4001 0' >"$out/late.script"
+fake_capture late
+stop_capture
+census='4000 4000 2000 2000 0x88=4000'
+>/dev/null judge_tos "TOS tc136" late 0x88 4000 1 "tclass 136"
+expect "late packet after the quiet point" PASS '\(1 matched after the capture went quiet at 4000, left unread at its stop\)'
+
+# 3. The kernel dropped packets: the capture is a sample, not the run (and
+#    the stop does not wait out its bound for them).
+printf '%s\n' '3990 4000 10' >"$out/dropped.script"
+fake_capture dropped
+stop_capture
+census='3990 3990 1995 1995 0x88=3990'
+>/dev/null judge_tos "TOS tc136" dropped 0x88 4000 1 "tclass 136"
+expect "kernel drops" FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3990 captured, 10 dropped'
+
+# 4. tcpdump stopped writing: never quiet within the bound. Shortened bound:
+#    stop_capture gives up when the stand-in is gone.
+printf '%s\n' '100 4000 0' >"$out/stuck.script"
+fake_capture stuck
+(sleep 2 && kill -KILL "$capture_pid") &
+stop_capture 2>/dev/null
+census='100 100 50 50 0x88=100'
+>/dev/null judge_tos "TOS tc136" stuck 0x88 4000 1 "tclass 136"
+expect "capture never quiet" FAIL 'capture incomplete \(4000 matched, never quiet, 100 captured'
+
+# 5. The pcap holds fewer packets than were written at the quiet point.
+printf '%s\n' '4000 4000 0' >"$out/short.script"
+fake_capture short
+stop_capture
+census='3999 3999 2000 1999 0x88=3999'
+>/dev/null judge_tos "TOS tc136" short 0x88 4000 1 "tclass 136"
+expect "pcap short of the quiet count" FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3999 captured'
+
+# 6. Complete, but one packet carries another TOS.
+printf '%s\n' '4000 4000 0' >"$out/wrong.script"
+fake_capture wrong
+stop_capture
+census='4000 3999 2000 2000 0x88=3999 0x0=1'
+>/dev/null judge_tos "TOS tc136" wrong 0x88 4000 1 "tclass 136"
+expect "one packet with another TOS" FAIL '3999/4000 RoCE packets with IP TOS 0x88'
+
+# 7. The run itself failed: FAIL whatever the capture holds.
+printf '%s\n' '4000 4000 0' >"$out/run_failed.script"
+fake_capture run_failed
+stop_capture
+census='4000 4000 2000 2000 0x88=4000'
+>/dev/null judge_tos "TOS tc136" run_failed 0x88 4000 0 "tclass 136, ib_send_lat failed (status 1)"
+expect "failed run" FAIL 'ib_send_lat failed \(status 1\)'
+
+if ((case_failures)); then
+  echo "guest_lib_test: FAIL ($case_failures cases)"
+  exit 1
+fi
+echo "guest_lib_test: PASS"

@@ -59,7 +59,7 @@ expect() { # case, want PASS|FAIL, want text (grep -E) in the report
   local name=$1 want=$2 text=$3 got
   got=$(tail -n 1 "$summary")
   if [[ "$got" == "$want "* && "$got" =~ $text ]]; then
-    printf 'PASS %-34s %s\n' "$name" "$got"
+    printf 'PASS %-34s judged %s, as it should\n' "$name" "${want,,}"
   else
     case_failures=$((case_failures + 1))
     printf 'FAIL %-34s got: %s\n     want: %s ... %s\n' "$name" "$got" "$want" "$text"

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace rdma_transport {
 namespace {
@@ -86,8 +87,14 @@ void BiasedMutex::LeaveDuringRevocation() {
 bool BiasedMutex::FinishRevocation(uintptr_t from) {
   HeavyBarrier();
   std::atomic<uint32_t>& busy = busy_[from & kSecondBias];
-  while (busy.load(std::memory_order_acquire) != 0) {
-    busy.wait(1, std::memory_order_acquire);
+  for (uint32_t seen; (seen = busy.load(std::memory_order_acquire)) != 0;) {
+    if (seen == kLeaving) {
+      // Its unlock() may have looked at owner_ before our barrier and will
+      // not wake us: a few instructions to go, unless it was preempted.
+      std::this_thread::yield();
+    } else {
+      busy.wait(seen, std::memory_order_acquire);  // it wakes us (header)
+    }
   }
   const bool take_bias = (from & kSecondBias) == 0;
   owner_.store(take_bias ? ThisThread() | kSecondBias : kRevoked,

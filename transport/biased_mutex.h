@@ -33,16 +33,26 @@
 //   [compiler barrier]               membarrier()  -- a barrier B on every
 //   owner_ == me ? enter : back off                  CPU running us
 //                                    wait until busy_ == 0, then proceed
+//   owner (unlock)
+//   busy_ = 2 (leaving)
+//   [compiler barrier]
+//   r = owner_ == kRevoking
+//   busy_ = 0 (release; the last access to the mutex)
+//   if r: wake the revoker (by the word's address only)
 //
 // B falls on the owner's CPU between two of its instructions (or at its
-// last context switch). If the owner's store of busy_ came before B it is
-// visible after it, and the revoker waits for the owner's unlock (a
-// release store of busy_ = 0, which it acquires). If it came after B, the
-// owner's re-read of owner_ comes after B too and sees kRevoking, so the
-// owner backs off without entering. The owner's unlock reads owner_ after
-// its store: if it sees kRevoking it wakes the revoker; if the revoker saw
-// busy_ == 1 after B, that unlock came after B and does see it. No wake-up
-// is lost, and neither side waits on a clock.
+// last context switch). If the owner's store of busy_ = 1 came before B
+// it is visible after it, and the revoker waits for the owner's unlock
+// (its release store of busy_ = 0, which it acquires). If it came after
+// B, the owner's re-read of owner_ comes after B too and sees kRevoking,
+// so the owner backs off without entering. The same pair orders the
+// unlock: a revoker that saw busy_ == 1 after B sleeps on it, and then
+// the owner's store of 2 came after B, so its look at owner_ sees
+// kRevoking and it wakes the revoker; one that saw 2 cannot tell and
+// spins (yielding) the few instructions until 0. No wake-up is lost,
+// neither side waits on a clock, and the owner touches nothing of the
+// mutex after its store of 0: the revoker may take it and destroy it at
+// once (a connection closed and destroyed on another thread).
 //
 // Where membarrier's private expedited command is not available (kernel
 // before 4.14, seccomp, valgrind), no mutex is ever biased: each is a
@@ -136,15 +146,7 @@ class BiasedMutex {
     // the holder found, or kRevoking).
     const uintptr_t owner = owner_.load(std::memory_order_relaxed);
     if (owner > kRevoking) [[likely]] {
-      std::atomic<uint32_t>& busy = busy_[owner & kSecondBias];
-      busy.store(0, std::memory_order_release);
-      // The load after the store in program order (the handshake, as in
-      // EnterBiased()): C++ would let a relaxed load move above a release
-      // store, and a revoker that saw our 1 could then sleep unwoken.
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      if (owner_.load(std::memory_order_relaxed) == kRevoking) [[unlikely]] {
-        WakeRevoker(busy);
-      }
+      LeaveBiased(owner);
       return;
     }
     if (owner == kRevoking) {
@@ -176,6 +178,8 @@ class BiasedMutex {
   static constexpr uintptr_t kRevoked = 1;
   static constexpr uintptr_t kRevoking = 2;
   static constexpr uintptr_t kSecondBias = 1;
+  // A busy_ word's value while its owner's unlock() runs.
+  static constexpr uint32_t kLeaving = 2;
 
   // This thread's token: the address of a 2-byte-aligned thread_local,
   // constant-initialised (no guard, no TLS wrapper call).
@@ -206,6 +210,22 @@ class BiasedMutex {
     return false;
   }
 
+  // The owner's way out (the file comment's handshake), `owner` its token
+  // as loaded at the start of unlock(): a revocation may have begun since.
+  void LeaveBiased(uintptr_t owner) {
+    std::atomic<uint32_t>& busy = busy_[owner & kSecondBias];
+    busy.store(kLeaving, std::memory_order_relaxed);
+    // The load after the store in program order (the handshake, as in
+    // EnterBiased()): a revoker that saw our 1 sleeps, and must be woken.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    const bool revoking = owner_.load(std::memory_order_relaxed) == kRevoking;
+    // The last access to the mutex: once the revoker sees 0 it may take
+    // the mutex and destroy it.
+    busy.store(0, std::memory_order_release);
+    if (revoking) [[unlikely]]
+      WakeRevoker(busy);
+  }
+
   [[noreturn]] static void Recursive();
   static void BackOff(std::atomic<uint32_t>& busy);
   // Out of line: std::atomic::notify_all() inlines a good deal.
@@ -217,13 +237,15 @@ class BiasedMutex {
   void LockSlow();
   void LeaveDuringRevocation();
   // Ends the revocation this thread began (its CAS of `from` to
-  // kRevoking): waits for the owner to leave, then takes the bias itself
-  // (true, the first revocation) or revokes it for good (false).
+  // kRevoking): waits for the owner to leave (asleep while it is inside,
+  // spinning while it is leaving), then takes the bias itself (true, the
+  // first revocation) or revokes it for good (false).
   bool FinishRevocation(uintptr_t from);
 
   std::atomic<uintptr_t> owner_;
   // busy_[b]: 1 while the owner of bias b (0 the first, 1 the second) is
-  // inside; written only by that owner. One word each: a first owner
+  // inside, kLeaving while its unlock() looks for a revoker, else 0;
+  // written only by that owner. One word each: a first owner
   // that read its token just before the revocation may still store to
   // its word after the second owner came in, and must not touch the
   // second owner's.

@@ -5,11 +5,15 @@
 
 #include "transport/biased_mutex.h"
 
+#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +21,13 @@
 
 namespace rdma_transport {
 namespace {
+
+// The revoker's steps while an owner sits in the middle of its unlock():
+// yields first (it is a few instructions from done), then futex sleeps of
+// 50 us doubling to 1 ms (it was preempted there).
+constexpr int kLeavingYields = 64;
+constexpr long kFirstLeavingPauseNs = 50'000;
+constexpr long kLastLeavingPauseNs = 1'000'000;
 
 long Membarrier(int command) { return syscall(__NR_membarrier, command, 0, 0); }
 
@@ -61,17 +72,17 @@ void BiasedMutex::Recursive() {
   std::abort();
 }
 
-// Before each notify_all(): libstdc++ decides whether to wake anybody by a
-// load of its waiter count, which on x86 could pass our store of 0 and
-// miss a revoker that has just gone to sleep on the 1 it saw.
-void BiasedMutex::WakeRevoker(std::atomic<uint32_t>& busy) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  busy.notify_all();
+void BiasedMutex::WakeRevoker(const void* word) {
+  // FUTEX_WAKE reads no user memory (the mutex may be gone by now), and
+  // the kernel orders our store before its look for sleepers (the
+  // smp_mb() of futex_wake() that pairs with the waiter's).
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 void BiasedMutex::BackOff(std::atomic<uint32_t>& busy) {
+  const void* word = &busy;
   busy.store(0, std::memory_order_release);
-  WakeRevoker(busy);  // the revoker may have seen our 1
+  WakeRevoker(word);  // the revoker may have seen our 1
 }
 
 void BiasedMutex::LeaveDuringRevocation() {
@@ -87,14 +98,25 @@ void BiasedMutex::LeaveDuringRevocation() {
 bool BiasedMutex::FinishRevocation(uintptr_t from) {
   HeavyBarrier();
   std::atomic<uint32_t>& busy = busy_[from & kSecondBias];
+  int leaving_turns = 0;
+  long pause_ns = kFirstLeavingPauseNs;
   for (uint32_t seen; (seen = busy.load(std::memory_order_acquire)) != 0;) {
-    if (seen == kLeaving) {
-      // Its unlock() may have looked at owner_ before our barrier and will
-      // not wake us: a few instructions to go, unless it was preempted.
-      std::this_thread::yield();
-    } else {
-      busy.wait(seen, std::memory_order_acquire);  // it wakes us (header)
+    if (seen != kLeaving) {
+      // Inside: it wakes us when it leaves (the header's handshake).
+      syscall(SYS_futex, &busy, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+      continue;
     }
+    // Leaving: its unlock() may have looked at owner_ before our barrier
+    // and will store its 0 without a wake. A few instructions to go,
+    // unless it was preempted there: then sleep in bounded steps (woken
+    // early if it did see us), never on a wake that may not come.
+    if (++leaving_turns <= kLeavingYields) {
+      std::this_thread::yield();
+      continue;
+    }
+    const timespec pause = {0, pause_ns};
+    syscall(SYS_futex, &busy, FUTEX_WAIT_PRIVATE, kLeaving, &pause, nullptr, 0);
+    pause_ns = std::min(2 * pause_ns, kLastLeavingPauseNs);
   }
   const bool take_bias = (from & kSecondBias) == 0;
   owner_.store(take_bias ? ThisThread() | kSecondBias : kRevoked,

@@ -46,13 +46,16 @@
 // (its release store of busy_ = 0, which it acquires). If it came after
 // B, the owner's re-read of owner_ comes after B too and sees kRevoking,
 // so the owner backs off without entering. The same pair orders the
-// unlock: a revoker that saw busy_ == 1 after B sleeps on it, and then
-// the owner's store of 2 came after B, so its look at owner_ sees
-// kRevoking and it wakes the revoker; one that saw 2 cannot tell and
-// spins (yielding) the few instructions until 0. No wake-up is lost,
-// neither side waits on a clock, and the owner touches nothing of the
-// mutex after its store of 0: the revoker may take it and destroy it at
-// once (a connection closed and destroyed on another thread).
+// unlock: a revoker that saw a 1 after B sleeps on it, and the owner's
+// next store to its word comes after B and is followed by a wake (its
+// unlock's look at owner_ comes after B too and sees kRevoking; a back-off
+// always wakes). One that saw 2 cannot tell whether the owner looked in
+// time, and does not sleep on it: it yields the few instructions until 0
+// (and, if the owner was preempted there, polls in futex sleeps of 50 us
+// to 1 ms: the only clock in the mutex, and it decides nothing). No
+// wake-up is lost, and the owner touches nothing of the mutex after its
+// store of 0: the revoker may take it and destroy it at once (a connection
+// closed and destroyed on another thread).
 //
 // Where membarrier's private expedited command is not available (kernel
 // before 4.14, seccomp, valgrind), no mutex is ever biased: each is a
@@ -220,16 +223,18 @@ class BiasedMutex {
     std::atomic_signal_fence(std::memory_order_seq_cst);
     const bool revoking = owner_.load(std::memory_order_relaxed) == kRevoking;
     // The last access to the mutex: once the revoker sees 0 it may take
-    // the mutex and destroy it.
+    // the mutex and destroy it (the wake needs the word's address only).
+    const void* word = &busy;
     busy.store(0, std::memory_order_release);
     if (revoking) [[unlikely]]
-      WakeRevoker(busy);
+      WakeRevoker(word);
   }
 
   [[noreturn]] static void Recursive();
   static void BackOff(std::atomic<uint32_t>& busy);
-  // Out of line: std::atomic::notify_all() inlines a good deal.
-  static void WakeRevoker(std::atomic<uint32_t>& busy);
+  // Wakes a revoker asleep on the busy word at `word` (futex(2), which
+  // touches no user memory: the mutex may be gone already).
+  static void WakeRevoker(const void* word);
   // Makes this thread the owner of an unowned mutex, under the FutexMutex
   // (`wait` false: only if the FutexMutex is free). False: somebody else
   // claimed it first, or (`wait` false) the FutexMutex was held.

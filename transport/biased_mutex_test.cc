@@ -1,11 +1,15 @@
 #include "transport/biased_mutex.h"
 
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -30,7 +34,7 @@ class BiasedMutexTestPeer {
     mu.LeaveBiased(stale_owner);
   }
   static void WakeRevoker(BiasedMutex& mu, int bias) {
-    mu.WakeRevoker(mu.busy_[bias]);
+    mu.WakeRevoker(&mu.busy_[bias]);
   }
   static void StoreBusy(BiasedMutex& mu, int bias, uint32_t value) {
     mu.busy_[bias].store(value, std::memory_order_release);
@@ -42,6 +46,29 @@ class BiasedMutexTestPeer {
 namespace {
 
 using State = BiasedMutex::State;
+
+pid_t ThisTid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+// Waits (at most 5 s) until thread `tid` of this process sleeps ('S' in
+// /proc/self/task/<tid>/stat); false if it never did.
+bool WaitUntilAsleep(pid_t tid) {
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::ifstream stat(path);
+    std::string line;
+    std::getline(stat, line);
+    // "tid (comm) S ...": the state follows the last ')'.
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() &&
+        line[paren + 2] == 'S') {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return false;
+}
 
 // The tests of the bias itself need membarrier (valgrind, old kernels and
 // some seccomp profiles lack it; then every BiasedMutex is a FutexMutex,
@@ -200,14 +227,16 @@ TEST(BiasedMutexTest, AnOwnerLeavingAfterARevocationBeganWakesTheRevoker) {
   mu.lock();
   const uintptr_t token = Peer::Owner(mu);  // unlock()'s first load
   std::atomic<bool> acquired{false};
+  std::atomic<pid_t> revoker_tid{0};
   std::thread revoker([&] {
+    revoker_tid = ThisTid();
     std::unique_lock<BiasedMutex> lock(mu);
     acquired = true;
   });
   while (Peer::Owner(mu) != Peer::kRevoking) std::this_thread::yield();
-  // Time for the revoker to go to sleep on our 1 (were it still awake, it
-  // would see our 0 by itself: the check below can only pass then).
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // The revoker asleep on our 1 (were it still awake, it would see our 0
+  // by itself, and a broken exit would pass unseen).
+  EXPECT_TRUE(WaitUntilAsleep(revoker_tid.load()));
   EXPECT_FALSE(acquired.load());
   Peer::LeaveBiased(mu, token);
   const auto give_up =
@@ -232,12 +261,16 @@ TEST(BiasedMutexTest, ARevokerThatFindsTheOwnerLeavingDoesNotSleep) {
   mu.lock();
   Peer::StoreBusy(mu, 0, Peer::kLeaving);  // unlock() under way, looked
   std::atomic<bool> acquired{false};
+  std::atomic<pid_t> revoker_tid{0};
   std::thread revoker([&] {
+    revoker_tid = ThisTid();
     std::unique_lock<BiasedMutex> lock(mu);
     acquired = true;
   });
   while (Peer::Owner(mu) != Peer::kRevoking) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Past its yields, in one of its bounded sleeps (a broken revoker: in
+  // an unbounded one).
+  EXPECT_TRUE(WaitUntilAsleep(revoker_tid.load()));
   EXPECT_FALSE(acquired.load());
   Peer::StoreBusy(mu, 0, 0);  // unlock()'s last store, no wake
   const auto give_up =
@@ -388,14 +421,19 @@ TEST(BiasedMutexTest, ThreadsRacingThroughEveryRevocationLoseNothing) {
   }
 }
 
-// Pins the calling thread to `cpu` when the process may run there; false
-// (and no change) otherwise.
-bool PinTo(int cpu) {
+// The CPUs this process may run on, in order.
+std::vector<int> AllowedCpus() {
   cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0 ||
-      !CPU_ISSET(cpu, &allowed)) {
-    return false;
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
   }
+  return cpus;
+}
+
+// Pins the calling thread to `cpu`; false (and no change) if it cannot.
+bool PinTo(int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
@@ -423,6 +461,10 @@ TEST(BiasedMutexTest,
   constexpr int kRounds = 500;
   constexpr int kOwnerIncrements = 2000;
   constexpr int kRevokerIncrements = 20;
+  // Two CPUs of those allowed, or no pinning (then the rounds still run,
+  // as the unpinned race does).
+  const std::vector<int> cpus = AllowedCpus();
+  const bool pin = cpus.size() >= 2;
   uint64_t seed = 0x9e3779b97f4a7c15u;
   int pinned_rounds = 0;
   for (int round = 0; round < kRounds; ++round) {
@@ -439,7 +481,7 @@ TEST(BiasedMutexTest,
     std::atomic<bool> owner_started{false};
     std::atomic<int> pinned{0};
     std::thread owner([&] {
-      pinned.fetch_add(PinTo(0) ? 1 : 0);
+      pinned.fetch_add(pin && PinTo(cpus[0]) ? 1 : 0);
       mu.lock();  // the bias is ours before the revoker starts its delay
       mu.unlock();
       owner_started = true;
@@ -450,9 +492,8 @@ TEST(BiasedMutexTest,
       }
     });
     std::thread revoker([&] {
-      pinned.fetch_add(PinTo(1) ? 1 : 0);
-      while (!owner_started.load()) {
-      }
+      pinned.fetch_add(pin && PinTo(cpus[1]) ? 1 : 0);
+      while (!owner_started.load()) std::this_thread::yield();
       Spin(delay_spins);
       for (int i = 0; i < kRevokerIncrements; ++i) {
         mu.lock();
@@ -480,18 +521,31 @@ TEST(BiasedMutexTest,
 // second owner leaves during it).
 TEST(BiasedMutexTest, ARevokerMayDestroyTheMutexAsSoonAsItHasLeft) {
   SKIP_WITHOUT_BIASING();
+  using Peer = BiasedMutexTestPeer;
   constexpr int kRounds = 300;
+  std::atomic<int> second_biases{0};
   for (int round = 0; round < kRounds; ++round) {
     const bool second_revocation = round % 2 == 1;
     auto* mu = new BiasedMutex;
+    // The first owner stays alive until the owner has revoked its bias: a
+    // thread started after it exited could reuse its thread storage, and
+    // with it its token, and inherit the bias instead of revoking it.
+    std::atomic<bool> release_first{false};
+    std::thread first_owner;
     if (second_revocation) {
-      std::thread first_owner([mu] { std::unique_lock<BiasedMutex> l(*mu); });
-      first_owner.join();
+      std::atomic<bool> first_done{false};
+      first_owner = std::thread([&] {
+        { std::unique_lock<BiasedMutex> l(*mu); }
+        first_done = true;
+        while (!release_first.load()) std::this_thread::yield();
+      });
+      while (!first_done.load()) std::this_thread::yield();
     }
     std::atomic<bool> inside{false};
     std::atomic<bool> revoker_waiting{false};
     std::thread owner([&] {
       mu->lock();  // first: claims the bias; second: revokes the first
+      if ((Peer::Owner(*mu) & 1) != 0) ++second_biases;
       inside = true;
       while (!revoker_waiting.load()) std::this_thread::yield();
       // Some rounds leave at once, some after the revoker went to sleep.
@@ -500,6 +554,8 @@ TEST(BiasedMutexTest, ARevokerMayDestroyTheMutexAsSoonAsItHasLeft) {
       mu->unlock();
     });
     while (!inside.load()) std::this_thread::yield();
+    release_first = true;
+    if (first_owner.joinable()) first_owner.join();
     std::thread revoker([&] {
       revoker_waiting = true;
       mu->lock();
@@ -509,6 +565,8 @@ TEST(BiasedMutexTest, ARevokerMayDestroyTheMutexAsSoonAsItHasLeft) {
     revoker.join();
     owner.join();
   }
+  // Every second round's owner held the second bias when it left.
+  EXPECT_EQ(second_biases.load(), kRounds / 2);
 }
 
 // The Connection waits on a std::condition_variable_any with it: a value

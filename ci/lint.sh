@@ -12,7 +12,7 @@
 # carries the Linux binary), installed into <cache>/npm by this script;
 # clang-format is Debian's (ci/install_deps.sh build).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
 BUILDIFIER_VERSION=8.2.1
 fix=0
@@ -21,7 +21,9 @@ fix=0
 cache=/var/cache/rdma_transport
 mkdir -p "$cache" 2>/dev/null && [[ -w "$cache" ]] || cache="${XDG_CACHE_HOME:-$HOME/.cache}/rdma_transport"
 buildifier="$cache/npm/node_modules/@bazel/buildifier/buildifier-linux_amd64"
-if [[ ! -x "$buildifier" ]] || ! "$buildifier" --version 2>/dev/null | grep -q "$BUILDIFIER_VERSION"; then
+# The version read whole before the match: grep -q would stop reading
+# early, and the pipe's SIGPIPE (pipefail) would look like a wrong version.
+if [[ ! -x "$buildifier" ]] || [[ "$("$buildifier" --version 2>/dev/null)" != *"version: $BUILDIFIER_VERSION"* ]]; then
   command -v npm >/dev/null || { echo "lint: FAIL: npm not found (apt-get install npm)"; exit 1; }
   echo "lint: installing @bazel/buildifier@$BUILDIFIER_VERSION into $cache/npm"
   npm install --no-save --no-audit --no-fund --prefix "$cache/npm" "@bazel/buildifier@$BUILDIFIER_VERSION" >/dev/null ||

@@ -216,71 +216,79 @@ TEST(BiasedMutexTest, TheSecondRevokerWaitsForTheSecondOwnerInsideToLeave) {
   EXPECT_EQ(mu.state(), State::kRevoked);
 }
 
+// A revoker on its own thread, replaying the owner's side of one
+// handshake through the test peer: the revoker starts on the held `mu`,
+// Replay() waits until it has begun the revocation and sleeps, runs the
+// owner's step, and reports whether the revoker got in (within 10 s; a
+// revoker that never would is woken so that it can be joined).
+class RevokerReplay {
+ public:
+  explicit RevokerReplay(BiasedMutex& mu) : mu_(mu) {
+    revoker_ = std::thread([this] {
+      tid_ = ThisTid();
+      std::unique_lock<BiasedMutex> lock(mu_);
+      acquired_ = true;
+    });
+  }
+  ~RevokerReplay() { revoker_.join(); }
+
+  template <typename OwnersStep>
+  bool Replay(OwnersStep owners_step) {
+    using Peer = BiasedMutexTestPeer;
+    while (Peer::Owner(mu_) != Peer::kRevoking) std::this_thread::yield();
+    // Asleep (were it still awake, it could see the owner's step by
+    // itself, and a broken wake would pass unseen).
+    EXPECT_TRUE(WaitUntilAsleep(tid_.load()));
+    EXPECT_FALSE(acquired_.load());
+    owners_step();
+    const auto give_up =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!acquired_.load() && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (acquired_.load()) return true;
+    Peer::WakeRevoker(mu_, 0);  // to join it
+    return false;
+  }
+
+ private:
+  BiasedMutex& mu_;
+  std::atomic<bool> acquired_{false};
+  std::atomic<pid_t> tid_{0};
+  std::thread revoker_;
+};
+
 // The owner's unlock() loaded its token just before a revoker's CAS, and
 // stores and looks only after the revoker went to sleep on its 1: the
-// owner's look finds kRevoking and must wake it (replayed through the test
-// peer; nothing else would ever wake the revoker).
+// owner's look finds kRevoking and must wake it (nothing else would).
 TEST(BiasedMutexTest, AnOwnerLeavingAfterARevocationBeganWakesTheRevoker) {
   SKIP_WITHOUT_BIASING();
   using Peer = BiasedMutexTestPeer;
   BiasedMutex mu;
   mu.lock();
   const uintptr_t token = Peer::Owner(mu);  // unlock()'s first load
-  std::atomic<bool> acquired{false};
-  std::atomic<pid_t> revoker_tid{0};
-  std::thread revoker([&] {
-    revoker_tid = ThisTid();
-    std::unique_lock<BiasedMutex> lock(mu);
-    acquired = true;
-  });
-  while (Peer::Owner(mu) != Peer::kRevoking) std::this_thread::yield();
-  // The revoker asleep on our 1 (were it still awake, it would see our 0
-  // by itself, and a broken exit would pass unseen).
-  EXPECT_TRUE(WaitUntilAsleep(revoker_tid.load()));
-  EXPECT_FALSE(acquired.load());
-  Peer::LeaveBiased(mu, token);
-  const auto give_up =
-      std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!acquired.load() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  {
+    RevokerReplay revoker(mu);
+    EXPECT_TRUE(revoker.Replay([&] { Peer::LeaveBiased(mu, token); }))
+        << "the revoker slept through the owner's exit";
   }
-  EXPECT_TRUE(acquired.load()) << "the revoker slept through the owner's exit";
-  if (!acquired.load()) Peer::WakeRevoker(mu, 0);  // to join it
-  revoker.join();
   EXPECT_FALSE(mu.biased_to_this_thread());
 }
 
 // The other order: the owner's unlock() stored kLeaving and looked at
 // owner_ before the revoker's barrier, found no revocation, and stores its
 // 0 without a wake. A revoker that finds kLeaving must not sleep on it
-// (replayed through the test peer: the 0 comes with no wake at all).
+// unboundedly (it is past its yields, in one of its bounded sleeps, when
+// the 0 comes, with no wake at all).
 TEST(BiasedMutexTest, ARevokerThatFindsTheOwnerLeavingDoesNotSleep) {
   SKIP_WITHOUT_BIASING();
   using Peer = BiasedMutexTestPeer;
   BiasedMutex mu;
   mu.lock();
   Peer::StoreBusy(mu, 0, Peer::kLeaving);  // unlock() under way, looked
-  std::atomic<bool> acquired{false};
-  std::atomic<pid_t> revoker_tid{0};
-  std::thread revoker([&] {
-    revoker_tid = ThisTid();
-    std::unique_lock<BiasedMutex> lock(mu);
-    acquired = true;
-  });
-  while (Peer::Owner(mu) != Peer::kRevoking) std::this_thread::yield();
-  // Past its yields, in one of its bounded sleeps (a broken revoker: in
-  // an unbounded one).
-  EXPECT_TRUE(WaitUntilAsleep(revoker_tid.load()));
-  EXPECT_FALSE(acquired.load());
-  Peer::StoreBusy(mu, 0, 0);  // unlock()'s last store, no wake
-  const auto give_up =
-      std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!acquired.load() && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  EXPECT_TRUE(acquired.load()) << "the revoker slept on the owner's kLeaving";
-  if (!acquired.load()) Peer::WakeRevoker(mu, 0);  // to join it
-  revoker.join();
+  RevokerReplay revoker(mu);
+  EXPECT_TRUE(revoker.Replay([&] { Peer::StoreBusy(mu, 0, 0); }))
+      << "the revoker slept on the owner's kLeaving";
 }
 
 // A first owner that loaded its token before the first revocation and

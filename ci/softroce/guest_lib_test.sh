@@ -66,66 +66,54 @@ expect() { # case, want PASS|FAIL, want text (grep -E) in the report
   fi
 }
 
-# 1. Traffic settles; the stop finds every packet written.
-printf '%s\n' '3000 4000 0' '4000 4000 0' '4000 4000 0' '4000 4000 0' >"$out/complete.script"
-fake_capture complete
-stop_capture
-census='4000 4000 2000 2000 0x88=4000'
->/dev/null judge_tos "TOS tc136" complete 0x88 4000 1 "tclass 136"
-expect "complete capture" PASS '4000/4000 RoCE packets with IP TOS 0x88 \(2000 10.10.0.1->10.10.0.2, 2000 back'
+# One case: tcpdump's answers (one "captured seen dropped" line each, $2,
+# newline-separated), the pcap's census, whether the run passed, and what
+# the judge must say.
+judge_case() { # case, answers, census, run_ok, run, want PASS|FAIL, want text
+  local name=$1 file=${1// /_}
+  printf '%s\n' "$2" >"$out/$file.script"
+  fake_capture "$file"
+  if [[ "$name" == "capture never quiet" ]]; then
+    # tcpdump stopped reading: the stand-in dies, and stop_capture gives up.
+    (sleep 2 && kill -KILL "$capture_pid") &
+  fi
+  stop_capture 2>/dev/null
+  census=$3
+  judge_tos "TOS tc136" "$file" 0x88 4000 "$4" "$5" >/dev/null
+  expect "$name" "$6" "$7"
+}
+
+# Traffic settles; the stop finds every packet written.
+judge_case "complete capture" $'3000 4000 0\n4000 4000 0\n4000 4000 0' \
+  '4000 4000 2000 2000 0x88=4000' 1 "tclass 136" \
+  PASS '4000/4000 RoCE packets with IP TOS 0x88 \(2000 10.10.0.1->10.10.0.2, 2000 back'
 [[ "$capture_quiet_seen" == 4000 ]] || { case_failures=$((case_failures + 1)); echo "FAIL quiet count $capture_quiet_seen, want 4000"; }
 
-# 2. The CI failure of c4d9762 (6.1): one packet arrives after the capture
-#    went quiet and is still in the ring at SIGINT. Not a loss of the run's.
-printf '%s\n' '4000 4000 0' '4000 4000 0' '4000 4001 0' >"$out/late.script"
-fake_capture late
-stop_capture
-census='4000 4000 2000 2000 0x88=4000'
->/dev/null judge_tos "TOS tc136" late 0x88 4000 1 "tclass 136"
-expect "late packet after the quiet point" PASS '\(1 matched after the capture went quiet at 4000, left unread at its stop\)'
+# The CI failure of c4d9762 (6.1): one packet arrives after the capture
+# went quiet and is still in the ring at SIGINT. Not a loss of the run's.
+judge_case "late packet after the quiet point" $'4000 4000 0\n4000 4000 0\n4000 4001 0' \
+  '4000 4000 2000 2000 0x88=4000' 1 "tclass 136" \
+  PASS '\(1 matched after the capture went quiet at 4000, left unread at its stop\)'
 
-# 3. The kernel dropped packets: the capture is a sample, not the run (and
-#    the stop does not wait out its bound for them).
-printf '%s\n' '3990 4000 10' >"$out/dropped.script"
-fake_capture dropped
-stop_capture
-census='3990 3990 1995 1995 0x88=3990'
->/dev/null judge_tos "TOS tc136" dropped 0x88 4000 1 "tclass 136"
-expect "kernel drops" FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3990 captured, 10 dropped'
+# The kernel dropped packets: the capture is a sample, not the run (and the
+# stop does not wait out its bound for them).
+judge_case "kernel drops" '3990 4000 10' '3990 3990 1995 1995 0x88=3990' 1 "tclass 136" \
+  FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3990 captured, 10 dropped'
 
-# 4. tcpdump stopped writing: never quiet within the bound. Shortened bound:
-#    stop_capture gives up when the stand-in is gone.
-printf '%s\n' '100 4000 0' >"$out/stuck.script"
-fake_capture stuck
-(sleep 2 && kill -KILL "$capture_pid") &
-stop_capture 2>/dev/null
-census='100 100 50 50 0x88=100'
->/dev/null judge_tos "TOS tc136" stuck 0x88 4000 1 "tclass 136"
-expect "capture never quiet" FAIL 'capture incomplete \(4000 matched, never quiet, 100 captured'
+judge_case "capture never quiet" '100 4000 0' '100 100 50 50 0x88=100' 1 "tclass 136" \
+  FAIL 'capture incomplete \(4000 matched, never quiet, 100 captured'
 
-# 5. The pcap holds fewer packets than were written at the quiet point.
-printf '%s\n' '4000 4000 0' >"$out/short.script"
-fake_capture short
-stop_capture
-census='3999 3999 2000 1999 0x88=3999'
->/dev/null judge_tos "TOS tc136" short 0x88 4000 1 "tclass 136"
-expect "pcap short of the quiet count" FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3999 captured'
+# The pcap holds fewer packets than were written at the quiet point.
+judge_case "pcap short of the quiet count" '4000 4000 0' '3999 3999 2000 1999 0x88=3999' 1 "tclass 136" \
+  FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3999 captured'
 
-# 6. Complete, but one packet carries another TOS.
-printf '%s\n' '4000 4000 0' >"$out/wrong.script"
-fake_capture wrong
-stop_capture
-census='4000 3999 2000 2000 0x88=3999 0x0=1'
->/dev/null judge_tos "TOS tc136" wrong 0x88 4000 1 "tclass 136"
-expect "one packet with another TOS" FAIL '3999/4000 RoCE packets with IP TOS 0x88'
+# Complete, but one packet carries another TOS.
+judge_case "one packet with another TOS" '4000 4000 0' '4000 3999 2000 2000 0x88=3999 0x0=1' 1 "tclass 136" \
+  FAIL '3999/4000 RoCE packets with IP TOS 0x88'
 
-# 7. The run itself failed: FAIL whatever the capture holds.
-printf '%s\n' '4000 4000 0' >"$out/run_failed.script"
-fake_capture run_failed
-stop_capture
-census='4000 4000 2000 2000 0x88=4000'
->/dev/null judge_tos "TOS tc136" run_failed 0x88 4000 0 "tclass 136, ib_send_lat failed (status 1)"
-expect "failed run" FAIL 'ib_send_lat failed \(status 1\)'
+# The run itself failed: FAIL whatever the capture holds.
+judge_case "failed run" '4000 4000 0' '4000 4000 2000 2000 0x88=4000' 0 "tclass 136, ib_send_lat failed (status 1)" \
+  FAIL 'ib_send_lat failed \(status 1\)'
 
 if ((case_failures)); then
   echo "guest_lib_test: FAIL ($case_failures cases)"

@@ -29,6 +29,12 @@ constexpr int kLeavingYields = 64;
 constexpr long kFirstLeavingPauseNs = 50'000;
 constexpr long kLastLeavingPauseNs = 1'000'000;
 
+// Sleeps while the 32-bit word at `word` holds `expected`: until a wake,
+// a signal, or `timeout` (nullptr: none). The caller looks again either way.
+void FutexWait(const void* word, uint32_t expected, const timespec* timeout) {
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, timeout, nullptr, 0);
+}
+
 long Membarrier(int command) { return syscall(__NR_membarrier, command, 0, 0); }
 
 // Every running thread of this process executes a full barrier before
@@ -103,7 +109,7 @@ bool BiasedMutex::FinishRevocation(uintptr_t from) {
   for (uint32_t seen; (seen = busy.load(std::memory_order_acquire)) != 0;) {
     if (seen != kLeaving) {
       // Inside: it wakes us when it leaves (the header's handshake).
-      syscall(SYS_futex, &busy, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0);
+      FutexWait(&busy, seen, nullptr);
       continue;
     }
     // Leaving: its unlock() may have looked at owner_ before our barrier
@@ -115,7 +121,7 @@ bool BiasedMutex::FinishRevocation(uintptr_t from) {
       continue;
     }
     const timespec pause = {0, pause_ns};
-    syscall(SYS_futex, &busy, FUTEX_WAIT_PRIVATE, kLeaving, &pause, nullptr, 0);
+    FutexWait(&busy, kLeaving, &pause);
     pause_ns = std::min(2 * pause_ns, kLastLeavingPauseNs);
   }
   const bool take_bias = (from & kSecondBias) == 0;

@@ -242,9 +242,10 @@ class BiasedMutex {
   void LockSlow();
   void LeaveDuringRevocation();
   // Ends the revocation this thread began (its CAS of `from` to
-  // kRevoking): waits for the owner to leave (asleep while it is inside,
-  // spinning while it is leaving), then takes the bias itself (true, the
-  // first revocation) or revokes it for good (false).
+  // kRevoking): waits for the owner to leave (asleep while it is inside;
+  // yielding, then in bounded sleeps, while it is leaving), then takes the
+  // bias itself (true, the first revocation) or revokes it for good
+  // (false).
   bool FinishRevocation(uintptr_t from);
 
   std::atomic<uintptr_t> owner_;

@@ -118,7 +118,7 @@ judge_tos() { # label, name, tos, min_packets, run_ok (0|1), run
   if ((!run_ok)); then
     report FAIL "$label: $run; $detail"
   elif [[ "$dropped" != 0 || -z "$capture_quiet_seen" ]] || ((packets < capture_quiet_seen)); then
-    local quiet="${capture_quiet_seen:-never} quiet"
+    local quiet="never quiet"
     [[ -n "$capture_quiet_seen" ]] && quiet="$capture_quiet_seen when quiet"
     report FAIL "$label: capture incomplete ($seen matched, $quiet, $packets captured, $dropped dropped); $run; $detail"
   elif ((packets >= min && with == packets && fwd > 0 && rev > 0)); then

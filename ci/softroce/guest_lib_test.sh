@@ -2,12 +2,13 @@
 # Test of guest_lib.sh's capture helpers on the host, without a VM or
 # tcpdump: stop_capture against a stand-in that answers SIGUSR1 with
 # tcpdump's statistics lines, and judge_tos on every outcome of a capture
-# (complete, a late packet left unread at the stop, kernel drops, a capture
-# that never went quiet, a pcap short of what the filter took, a wrong TOS).
+# (complete, a late packet left unread at the stop, a ring block the kernel
+# never retires until filler fills it, kernel drops, a capture that never went
+# quiet, a pcap short of what the filter took, a wrong TOS).
 #
 #   ci/softroce/guest_lib_test.sh
 #
-# Takes about ten seconds. Prints one line per case; exits 1 if any failed.
+# Takes about sixteen seconds. Prints one line per case; exits 1 if any failed.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,18 +29,22 @@ stats() { # captured, received by filter, dropped by kernel
 
 # A stand-in for tcpdump: answers every SIGUSR1 with the next line of
 # $out/<name>.script ("captured seen dropped"; the last one repeats) and
-# SIGINT with the line after that.
+# SIGINT with the line after that. Once stop_capture has sent filler (the
+# file <name>.filled exists), it answers from <name>.after-filler instead.
 fake_capture() { # name
   local name=$1
   : >"$out/$name.tcpdump.txt"
   (
-    line=1
+    line=1 script=$out/$name.script
     # shellcheck disable=SC2317 # run by the traps
     answer() {
       local n
-      n=$(wc -l <"$out/$name.script")
+      if [[ -e "$out/$name.filled" && "$script" != *.after-filler ]]; then
+        script=$out/$name.after-filler line=1
+      fi
+      n=$(wc -l <"$script")
       # shellcheck disable=SC2046 # the line's three counts, split
-      stats $(sed -n "$((line < n ? line : n))p" "$out/$name.script") >>"$out/$name.tcpdump.txt"
+      stats $(sed -n "$((line < n ? line : n))p" "$script") >>"$out/$name.tcpdump.txt"
       line=$((line + 1))
     }
     trap answer USR1
@@ -55,24 +60,29 @@ fake_capture() { # name
 census=''
 tos_counts() { echo "$census"; }
 
+# The filler stop_capture sends: recorded for the stand-in, not sent.
+send_fillers() { echo "$1" >>"$out/$capture_name.filled"; }
+
 expect() { # case, want PASS|FAIL, want text (grep -E) in the report
   local name=$1 want=$2 text=$3 got
   got=$(tail -n 1 "$summary")
   if [[ "$got" == "$want "* && "$got" =~ $text ]]; then
-    printf 'PASS %-34s judged %s, as it should\n' "$name" "${want,,}"
+    printf 'PASS %-40s judged %s, as it should\n' "$name" "${want,,}"
   else
     case_failures=$((case_failures + 1))
-    printf 'FAIL %-34s got: %s\n     want: %s ... %s\n' "$name" "$got" "$want" "$text"
+    printf 'FAIL %-40s got: %s\n     want: %s ... %s\n' "$name" "$got" "$want" "$text"
   fi
 }
 
 # One case: tcpdump's answers (one "captured seen dropped" line each, $2,
-# newline-separated), the pcap's census, whether the run passed, and what
-# the judge must say. $STAND_IN_DIES=1: the stand-in is killed after 2 s
-# (a tcpdump that stopped reading; stop_capture gives up when it is gone).
+# newline-separated; $AFTER_FILLER, the answers once filler was sent), the
+# pcap's census, whether the run passed, and what the judge must say.
+# $STAND_IN_DIES=1: the stand-in is killed after 2 s (a tcpdump that stopped
+# reading; stop_capture gives up when it is gone).
 judge_case() { # case, answers, census, run_ok, run, want PASS|FAIL, want text
   local name=$1 file=${1// /_}
   printf '%s\n' "$2" >"$out/$file.script"
+  printf '%s\n' "${AFTER_FILLER:-$2}" >"$out/$file.after-filler"
   fake_capture "$file"
   if [[ "${STAND_IN_DIES:-0}" == 1 ]]; then
     (sleep 2 && kill -KILL "$capture_pid") &
@@ -85,34 +95,46 @@ judge_case() { # case, answers, census, run_ok, run, want PASS|FAIL, want text
 
 # Traffic settles; the stop finds every packet written.
 judge_case "complete capture" $'3000 4000 0\n4000 4000 0\n4000 4000 0' \
-  '4000 4000 2000 2000 0x88=4000' 1 "tclass 136" \
+  '4000 4000 2000 2000 0 0x88=4000' 1 "tclass 136" \
   PASS '4000/4000 RoCE packets with IP TOS 0x88 \(2000 10.10.0.1->10.10.0.2, 2000 back'
 [[ "$capture_quiet_seen" == 4000 ]] || { case_failures=$((case_failures + 1)); echo "FAIL quiet count $capture_quiet_seen, want 4000"; }
 
 # The CI failure of c4d9762 (6.1): one packet arrives after the capture
 # went quiet and is still in the ring at SIGINT. Not a loss of the run's.
 judge_case "late packet after the quiet point" $'4000 4000 0\n4000 4000 0\n4000 4001 0' \
-  '4000 4000 2000 2000 0x88=4000' 1 "tclass 136" \
+  '4000 4000 2000 2000 0 0x88=4000' 1 "tclass 136" \
   PASS '\(1 matched after the capture went quiet at 4000, left unread at its stop\)'
+
+# The 7.2 failure of ca3e292: two packets taken by the filter sit in a ring
+# block the kernel never retires. Filler fills it until tcpdump has written
+# the 4002; the last 64 of the filler stay in the ring (not late packets).
+AFTER_FILLER=$'4000 4066 0\n4066 4130 0' judge_case "block never retired, filler flushes it" \
+  '4000 4002 0' '4002 4002 2001 2001 64 0x88=4002' 1 "tclass 136" \
+  PASS '4002/4002 RoCE packets .*TOS seen: 0x88=4002\) \(the kernel held the capture.s last block: flushed with 128 filler datagrams, 64 in the pcap\)$'
+[[ "$capture_quiet_seen" == 4002 ]] || { case_failures=$((case_failures + 1)); echo "FAIL quiet count $capture_quiet_seen, want 4002"; }
 
 # The kernel dropped packets: the capture is a sample, not the run (and the
 # stop does not wait out its bound for them).
-judge_case "kernel drops" '3990 4000 10' '3990 3990 1995 1995 0x88=3990' 1 "tclass 136" \
-  FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3990 captured, 10 dropped'
+judge_case "kernel drops" '3990 4000 10' '3990 3990 1995 1995 0 0x88=3990' 1 "tclass 136" \
+  FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3990 captured, 0 filler, 10 dropped'
 
-STAND_IN_DIES=1 judge_case "capture never quiet" '100 4000 0' '100 100 50 50 0x88=100' 1 "tclass 136" \
+STAND_IN_DIES=1 judge_case "capture never quiet" '100 4000 0' '100 100 50 50 0 0x88=100' 1 "tclass 136" \
   FAIL 'capture incomplete \(4000 matched, never quiet, 100 captured'
 
 # The pcap holds fewer packets than were written at the quiet point.
-judge_case "pcap short of the quiet count" '4000 4000 0' '3999 3999 2000 1999 0x88=3999' 1 "tclass 136" \
+judge_case "pcap short of the quiet count" '4000 4000 0' '3999 3999 2000 1999 0 0x88=3999' 1 "tclass 136" \
   FAIL 'capture incomplete \(4000 matched, 4000 when quiet, 3999 captured'
 
+# Complete, but fewer packets than the run sent (ib_send_lat -n 1000: 4000).
+judge_case "fewer packets than the run's" '3999 3999 0' '3999 3999 2000 1999 0 0x88=3999' 1 "tclass 136" \
+  FAIL '3999/3999 RoCE packets with IP TOS 0x88'
+
 # Complete, but one packet carries another TOS.
-judge_case "one packet with another TOS" '4000 4000 0' '4000 3999 2000 2000 0x88=3999 0x0=1' 1 "tclass 136" \
+judge_case "one packet with another TOS" '4000 4000 0' '4000 3999 2000 2000 0 0x88=3999 0x0=1' 1 "tclass 136" \
   FAIL '3999/4000 RoCE packets with IP TOS 0x88'
 
 # The run itself failed: FAIL whatever the capture holds.
-judge_case "failed run" '4000 4000 0' '4000 4000 2000 2000 0x88=4000' 0 "tclass 136, ib_send_lat failed (status 1)" \
+judge_case "failed run" '4000 4000 0' '4000 4000 2000 2000 0 0x88=4000' 0 "tclass 136, ib_send_lat failed (status 1)" \
   FAIL 'ib_send_lat failed \(status 1\)'
 
 if ((case_failures)); then

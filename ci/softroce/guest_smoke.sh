@@ -76,10 +76,12 @@ tos_check() { # label, tclass ('' = unset), expected tos
   # perftest prints: #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
   latency=$(awk '/t_typical/ { getline; printf "t_min %s us, t_typical %s us, t_avg %s us, 99.9%% %s us", $3, $5, $6, $9 }' \
     "$out/$name-client.txt")
+  # The run's own packets: each side sends $iterations SENDs and ACKs every
+  # one it receives, so the pcap holds at least 4 x $iterations.
   if ((rc == 0)); then
-    judge_tos "TOS $label" "$name" "$tos" "$iterations" 1 "tclass ${tclass:-unset}"
+    judge_tos "TOS $label" "$name" "$tos" "$((4 * iterations))" 1 "tclass ${tclass:-unset}"
   else
-    judge_tos "TOS $label" "$name" "$tos" "$iterations" 0 "tclass ${tclass:-unset}, ib_send_lat failed (status $rc)"
+    judge_tos "TOS $label" "$name" "$tos" "$((4 * iterations))" 0 "tclass ${tclass:-unset}, ib_send_lat failed (status $rc)"
   fi
   [[ -z "$latency" ]] || report INFO "ib_send_lat $label ${size}B x$iterations $RXE_A->$RXE_B: $latency"
   if grep -q 'Device not recognized to implement inline feature' "$out/$name-client.txt"; then
@@ -103,7 +105,7 @@ done
 timeout "$step_timeout" rping -c -a "$IP_B" -p 7174 -C 10 -v >"$out/rping-client.txt" 2>&1 || rping_rc=$?
 wait "$rping_server" || rping_rc=$((rping_rc ? rping_rc : $?))
 stop_capture
-read -r packets _ fwd rev _ < <(tos_counts "$out/rping.pcap" 0x0)
+read -r packets _ fwd rev _ _ < <(tos_counts "$out/rping.pcap" 0x0)
 if ((rping_rc == 0 && fwd > 0 && rev > 0)); then
   report PASS "rdma_cm: rping $IP_A -> $IP_B, 10 pings, $packets RoCE packets crossed veth0 ($fwd out, $rev back)"
 else

@@ -12,10 +12,12 @@
 # A cache grown past BAZEL_DISK_CACHE_MAX_GB (default 20) is emptied first:
 # Bazel 4 never trims one.
 #
-#   source ci/cache_root.sh
-#   source ci/bazel_disk_cache.sh
+#   source ci/bazel_disk_cache.sh  # sources ci/cache_root.sh itself
 #   use_bazel_disk_cache          # then plain `bazel ...` uses the cache
 #   dir=$(bazel7_disk_cache)
+
+# shellcheck source=ci/cache_root.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cache_root.sh"
 bazel_disk_cache_dir() { echo "$(cache_root)/bazel_disk_cache"; }
 bazel7_disk_cache() { echo "$(cache_root)/bazel7_disk_cache"; }
 
@@ -33,14 +35,19 @@ trim_disk_cache() {
 use_bazel_disk_cache() {
   local root real dir
   root=$(cache_root)
+  if [[ "$root" != /?* ]]; then
+    echo "bazel_disk_cache: cache_root gave '$root', not an absolute directory" >&2
+    return 1
+  fi
   dir=$(bazel_disk_cache_dir)
-  # The real bazel: the first on PATH that is not this wrapper (which may
-  # be on PATH already, more than once).
+  # The real bazel: the first on PATH that is not such a wrapper (this one may
+  # be on PATH already, more than once, and under another name via symlinks).
   local entry
   real=
   local IFS=:
   for entry in $PATH; do
-    if [[ "$entry" != "$root/bin" && -x "$entry/bazel" ]]; then
+    if [[ -x "$entry/bazel" && ! "$entry/bazel" -ef "$root/bin/bazel" ]] &&
+      ! grep -qs 'Written by ci/bazel_disk_cache.sh' "$entry/bazel"; then
       real="$entry/bazel"
       break
     fi

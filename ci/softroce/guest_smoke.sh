@@ -78,11 +78,12 @@ tos_check() { # label, tclass ('' = unset), expected tos
     "$out/$name-client.txt")
   # The run's own packets: each side sends $iterations SENDs and ACKs every
   # one it receives, so the pcap holds at least 4 x $iterations.
-  if ((rc == 0)); then
-    judge_tos "TOS $label" "$name" "$tos" "$((4 * iterations))" 1 "tclass ${tclass:-unset}"
-  else
-    judge_tos "TOS $label" "$name" "$tos" "$((4 * iterations))" 0 "tclass ${tclass:-unset}, ib_send_lat failed (status $rc)"
+  local run_ok=1 run="tclass ${tclass:-unset}"
+  if ((rc != 0)); then
+    run_ok=0
+    run+=", ib_send_lat failed (status $rc)"
   fi
+  judge_tos "TOS $label" "$name" "$tos" "$((4 * iterations))" "$run_ok" "$run"
   [[ -z "$latency" ]] || report INFO "ib_send_lat $label ${size}B x$iterations $RXE_A->$RXE_B: $latency"
   if grep -q 'Device not recognized to implement inline feature' "$out/$name-client.txt"; then
     report INFO "perftest on rxe: \"Device not recognized to implement inline feature\" (inline disabled by perftest)"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by ci/test_all.sh: every Bazel 4 build CI runs (this checkout, the
 # downstream workspaces, the docs' examples, the guest binaries) shares one
 # disk cache under cache_root, so that a CI run on a machine that built the

@@ -67,6 +67,15 @@ class OwedCredits {
   bool WorthAMessage() const { return WorthAMessageWith(0); }
   // The same once `more` receives still to be reposted are owed too.
   bool WorthAMessageWith(uint32_t more) const { return owed_ + more >= batch_; }
+  // True when `reposts` receives may be posted after the next message
+  // instead of before it, their credits owed until the message after: that
+  // message carries all owed now, and the reposts plus one more receive
+  // stay below the batch, so alternating traffic never reaches the batch
+  // through the lag (no credit message of its own), and what is owed and
+  // not announced stays below the batch as before.
+  bool RepostsMayFollow(uint32_t reposts) const {
+    return owed_ <= kMaxCreditsPerImm && reposts + 1 < batch_;
+  }
   // Takes what one immediate can carry.
   uint32_t Take() {
     uint32_t taken = std::min(owed_, kMaxCreditsPerImm);

@@ -2,8 +2,10 @@
 //
 // `ReceiveReposts` holds the slots of a connection's own receive ring that
 // Receive() has emptied and not yet posted again, and posts them together,
-// in one chained PostRecv, just before the credits they pay for go to the
-// peer (a credit return, a data message's immediate, the close message).
+// in one chained PostRecv: just before the credits they pay for go to the
+// peer (a credit return, the close message, a data message's immediate), or
+// just after a data message when their credits may wait for the next one
+// (credits.h, OwedCredits::RepostsMayFollow).
 // The peer may use a slot only once it holds its credit, so a slot waiting
 // here costs the peer nothing; what it saves is a verbs call per message (a
 // doorbell on a NIC, the fabric's lock on the simulator): with the default

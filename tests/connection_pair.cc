@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "sim/profile_names.h"
 #include "verbs_shim/env_thread.h"
+#include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
 
@@ -48,6 +49,22 @@ DialResult Dial(const Context& client, const Context& server,
   listener_options.allow_unauthenticated = true;
   return DialWithDeadline(client, server, options, options, listener_options,
                           listen_address, accept_deadline);
+}
+
+absl::Status DialPair(const Context& client, const Context& server,
+                      const ConnectionOptions& options,
+                      std::unique_ptr<Connection>& client_end,
+                      std::unique_ptr<Connection>& server_end) {
+  DialResult dial = Dial(client, server, options);
+  if (!dial.client.ok()) {
+    return WithContext(dial.client.status(), "dialling (client)");
+  }
+  if (!dial.server.ok()) {
+    return WithContext(dial.server.status(), "accepting (server)");
+  }
+  client_end = *std::move(dial.client);
+  server_end = *std::move(dial.server);
+  return absl::OkStatus();
 }
 
 DialResult DialWith(const Context& client, const Context& server,

@@ -42,6 +42,13 @@ DialResult Dial(const Context& client, const Context& server,
                 std::string_view listen_address = "127.0.0.1:0",
                 std::optional<Deadline> accept_deadline = std::nullopt);
 
+// Dial(), then the two ends moved into `client_end` and `server_end`; the
+// failure of the first end that has none, named, otherwise.
+absl::Status DialPair(const Context& client, const Context& server,
+                      const ConnectionOptions& options,
+                      std::unique_ptr<Connection>& client_end,
+                      std::unique_ptr<Connection>& server_end);
+
 // The same with each side's options apart (the server's token and shape
 // from `server_options`) and the listener's own options.
 DialResult DialWith(const Context& client, const Context& server,

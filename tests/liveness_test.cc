@@ -63,11 +63,9 @@ class LivenessTest : public ::testing::Test {
     if (fabric_ == nullptr) {
       ASSERT_NO_FATAL_FAILURE(Open());
     }
-    DialResult dial = Dial(*contexts_[0], *contexts_[1], options);
-    ASSERT_TRUE(dial.client.ok()) << dial.client.status();
-    ASSERT_TRUE(dial.server.ok()) << dial.server.status();
-    client_ = *std::move(dial.client);
-    server_ = *std::move(dial.server);
+    const absl::Status dialed =
+        DialPair(*contexts_[0], *contexts_[1], options, client_, server_);
+    ASSERT_TRUE(dialed.ok()) << dialed;
   }
 
   void TearDown() override {

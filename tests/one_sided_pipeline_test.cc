@@ -168,11 +168,9 @@ class OneSidedPipelineTest : public ::testing::TestWithParam<PipelineCase> {
     options.max_rdma_batch = kMaxRdmaBatch;
     options.rdma_in_flight_bytes = GetParam().rdma_in_flight_bytes;
     options.max_message_size = 4096;  // larger messages by rendezvous
-    DialResult dial = Dial(*contexts_[0], *contexts_[1], options);
-    ASSERT_TRUE(dial.client.ok()) << dial.client.status();
-    ASSERT_TRUE(dial.server.ok()) << dial.server.status();
-    client_ = *std::move(dial.client);
-    server_ = *std::move(dial.server);
+    const absl::Status dialed =
+        DialPair(*contexts_[0], *contexts_[1], options, client_, server_);
+    ASSERT_TRUE(dialed.ok()) << dialed;
     local_.assign(kRegionBytes, std::byte{0});
     remote_.assign(kRegionBytes, std::byte{0});
     local_mr_ = RegisterForTest(*contexts_[0], local_, kLocalWrite);

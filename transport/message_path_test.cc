@@ -74,11 +74,9 @@ class MessagePathTest : public ::testing::Test {
         OpenTwoSimContexts(fabric_, verbs_, "cx7");
     ASSERT_TRUE(opened.ok()) << opened.status();
     contexts_ = std::move(opened->contexts);
-    DialResult dial = Dial(*contexts_[0], *contexts_[1], options);
-    ASSERT_TRUE(dial.client.ok()) << dial.client.status();
-    ASSERT_TRUE(dial.server.ok()) << dial.server.status();
-    client_ = *std::move(dial.client);
-    server_ = *std::move(dial.server);
+    const absl::Status dialed =
+        DialPair(*contexts_[0], *contexts_[1], options, client_, server_);
+    ASSERT_TRUE(dialed.ok()) << dialed;
   }
 
   void TearDown() override {
@@ -100,7 +98,8 @@ class MessagePathTest : public ::testing::Test {
     ASSERT_EQ(*got, size);
     ASSERT_EQ(std::memcmp(buffer.data(), ping.data(), size), 0);
     sent = server_->Send({buffer.data(), size}, deadline);
-    ASSERT_TRUE(sent.ok()) << sent << " client " << client_->stats().send_credits;
+    ASSERT_TRUE(sent.ok()) << sent << " client "
+                           << client_->stats().send_credits;
     got = client_->Receive(buffer, deadline);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(*got, size);

@@ -18,6 +18,7 @@
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
 #include "tests/connection_test_peer.h"
+#include "tests/sim_pair_fixture.h"
 #include "tests/swallow_send_completions.h"
 #include "transport/biased_mutex.h"
 #include "transport/listener.h"
@@ -32,39 +33,7 @@ using ::testing::HasSubstr;
 
 // Every time below is virtual (the fabric's clock), so exact: the
 // transport's timers fire when the SimEnv moves the clock to them.
-class ConnectionTest : public ::testing::Test {
- protected:
-  void Open(std::string_view profile = "cx7") {
-    absl::StatusOr<SimContexts> opened =
-        OpenTwoSimContexts(fabric_, verbs_, profile);
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    contexts_ = std::move(opened->contexts);
-  }
-
-  Env& env() { return fabric_.env(); }
-
-  void Connect(const ConnectionOptions& options,
-               std::string_view profile = "cx7") {
-    ASSERT_NO_FATAL_FAILURE(Open(profile));
-    const absl::Status dialed =
-        DialPair(*contexts_[0], *contexts_[1], options, client_, server_);
-    ASSERT_TRUE(dialed.ok()) << dialed;
-  }
-
-  void TearDown() override {
-    client_.reset();
-    server_.reset();
-    contexts_.clear();
-    EXPECT_EQ(LeakReportText(fabric_), "");
-  }
-
-  sim::Fabric fabric_;
-  sim::SimVerbs sim_verbs_{&fabric_};
-  SwallowSendCompletions verbs_{&sim_verbs_};
-  std::vector<std::unique_ptr<Context>> contexts_;
-  std::unique_ptr<Connection> client_;
-  std::unique_ptr<Connection> server_;
-};
+class ConnectionTest : public SimPairTest<SwallowSendCompletions> {};
 
 // The probe's own wire time on the simulated link: a few microseconds.
 constexpr auto kWireSlack = std::chrono::microseconds(20);

@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
 #include "sim/sim_verbs.h"
-#include "tests/connection_pair.h"
+#include "tests/sim_pair_fixture.h"
 #include "transport/connection.h"
 #include "verbs_shim/verbs_wrapper.h"
 
@@ -67,24 +67,8 @@ class CallOrderVerbs : public VerbsWrapper {
   std::vector<std::pair<ibv_qp*, Call>> calls_;
 };
 
-class MessagePathTest : public ::testing::Test {
+class MessagePathTest : public SimPairTest<CallOrderVerbs> {
  protected:
-  void Connect(const ConnectionOptions& options) {
-    absl::StatusOr<SimContexts> opened =
-        OpenTwoSimContexts(fabric_, verbs_, "cx7");
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    contexts_ = std::move(opened->contexts);
-    const absl::Status dialed =
-        DialPair(*contexts_[0], *contexts_[1], options, client_, server_);
-    ASSERT_TRUE(dialed.ok()) << dialed;
-  }
-
-  void TearDown() override {
-    client_.reset();
-    server_.reset();
-    contexts_.clear();
-  }
-
   // One round trip of `size` bytes stamped with `round`: the client sends,
   // the server receives by copy and echoes, the client receives the echo.
   void RoundTrip(uint32_t round, size_t size) {
@@ -105,13 +89,6 @@ class MessagePathTest : public ::testing::Test {
     ASSERT_EQ(*got, size);
     ASSERT_EQ(std::memcmp(buffer.data(), ping.data(), size), 0);
   }
-
-  sim::Fabric fabric_;
-  sim::SimVerbs sim_verbs_{&fabric_};
-  CallOrderVerbs verbs_{&sim_verbs_};
-  std::vector<std::unique_ptr<Context>> contexts_;
-  std::unique_ptr<Connection> client_;
-  std::unique_ptr<Connection> server_;
 };
 
 using Call = CallOrderVerbs::Call;

@@ -104,8 +104,7 @@ Connection::PostMessageLocked(const std::byte* data, uint32_t size,
   // PostRecv was 0.46-0.74 us of the 1.9 us from a ping's arrival to the
   // echo's post (docs/performance.md, issue 12). Otherwise before it, and
   // the message carries their credits.
-  const bool reposts_follow = owed_credits_.RepostsMayFollow(reposts_.count());
-  if (!reposts_.empty() && !reposts_follow) {
+  if (!reposts_.empty() && !owed_credits_.RepostsMayFollow(reposts_.count())) {
     if (absl::Status status = PostDeferredRepostsLocked(); !status.ok()) {
       return status;
     }

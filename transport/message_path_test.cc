@@ -82,37 +82,35 @@ class MessagePathTest : public SimPairTest<CallOrderVerbs> {
     ASSERT_EQ(*got, size);
     ASSERT_EQ(std::memcmp(buffer.data(), ping.data(), size), 0);
     sent = server_->Send({buffer.data(), size}, deadline);
-    ASSERT_TRUE(sent.ok()) << sent << " client "
-                           << client_->stats().send_credits;
+    ASSERT_TRUE(sent.ok()) << sent << " (the client holds "
+                           << client_->stats().send_credits << " credits)";
     got = client_->Receive(buffer, deadline);
     ASSERT_TRUE(got.ok()) << got.status();
     ASSERT_EQ(*got, size);
     ASSERT_EQ(std::memcmp(buffer.data(), ping.data(), size), 0);
   }
+
+  // The server receives a ping (its slot waits to be posted), then echoes
+  // it: the verbs calls the echo makes on the server's QP.
+  std::vector<CallOrderVerbs::Call> EchoCalls() {
+    std::vector<std::byte> ping(64, std::byte{7});
+    std::vector<std::byte> buffer(64);
+    EXPECT_TRUE(client_->Send(ping).ok());
+    EXPECT_TRUE(server_->Receive(buffer).ok());
+    verbs_.Clear();
+    EXPECT_TRUE(server_->Send(buffer).ok());
+    return verbs_.CallsOn(server_->qp());
+  }
 };
 
 using Call = CallOrderVerbs::Call;
-
-// Server receives the ping (its slot waits to be posted), then echoes it:
-// the verbs calls the echo makes on the server's QP.
-std::vector<Call> EchoCalls(CallOrderVerbs& verbs, Connection& client,
-                            Connection& server) {
-  std::vector<std::byte> ping(64, std::byte{7});
-  std::vector<std::byte> buffer(64);
-  EXPECT_TRUE(client.Send(ping).ok());
-  EXPECT_TRUE(server.Receive(buffer).ok());
-  verbs.Clear();
-  EXPECT_TRUE(server.Send(buffer).ok());
-  return verbs.CallsOn(server.qp());
-}
 
 // The default ring (64 slots, credits returned from 32 owed): the echo's
 // SEND first, then the receive the ping emptied.
 TEST_F(MessagePathTest, OnADefaultRingTheMessageGoesOutBeforeTheRepost) {
   ASSERT_NO_FATAL_FAILURE(Connect(ConnectionOptions{}));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(0, 64));
-  EXPECT_EQ(EchoCalls(verbs_, *client_, *server_),
-            (std::vector<Call>{Call::kPostSend, Call::kPostRecv}));
+  EXPECT_EQ(EchoCalls(), (std::vector<Call>{Call::kPostSend, Call::kPostRecv}));
 }
 
 // The smallest ring: the repost first; the echo carries its credit.
@@ -121,8 +119,7 @@ TEST_F(MessagePathTest, OnTheSmallestRingTheRepostGoesFirst) {
   options.recv_slots = kMinRecvSlots;
   ASSERT_NO_FATAL_FAILURE(Connect(options));
   ASSERT_NO_FATAL_FAILURE(RoundTrip(0, 64));
-  EXPECT_EQ(EchoCalls(verbs_, *client_, *server_),
-            (std::vector<Call>{Call::kPostRecv, Call::kPostSend}));
+  EXPECT_EQ(EchoCalls(), (std::vector<Call>{Call::kPostRecv, Call::kPostSend}));
 }
 
 // A long ping-pong from one thread keeps going on the credits the messages

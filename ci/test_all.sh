@@ -107,8 +107,7 @@ if [[ "${BAZEL7_STAGE:-1}" != 0 ]]; then
   stage "Bazel 7 bzlmod (Debian unstable chroot)" ci/bazel7_stage.sh
 fi
 if [[ "${SOFTROCE_STAGE:-1}" != 0 ]]; then
-  # Each VM's own bound.
-  export SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-840}
+  # Each VM's own bound: run_ci_stage.sh's default, 840 s ($SOFTROCE_TIMEOUT).
   stage "Soft-RoCE VMs (rxe on 6.1, 6.12, 7.x)" ci/softroce/run_ci_stage.sh
   stage "Soft-RoCE VM, e2e with every host core busy (${SOFTROCE_LOADED_KERNELS:-trixie})" \
     ci/softroce/run_loaded_e2e.sh

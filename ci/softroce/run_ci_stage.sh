@@ -27,13 +27,14 @@
 # add binaries or replace the guest script. Exit status is run_vm.sh's:
 # 0 pass, 1..89 test failure, 90 VM infrastructure failure, 91 timeout,
 # 92 interrupted, 93 bad invocation (see docs/soft-roce.md).
-# $SOFTROCE_TIMEOUT (default 840 s, as ci/test_all.sh sets it: 6.1's VM took
+# $SOFTROCE_TIMEOUT (default 840 s, the bound CI runs with: 6.1's VM took
 # 618 s with both host cores busy on 2026-12-04) bounds each VM;
 # $SOFTROCE_SELFTEST=1 runs selftest.sh (the runner's own failure modes,
 # about two minutes) first.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+vm_timeout=${SOFTROCE_TIMEOUT:-840}
 repo=$(cd "$here/../.." && pwd)
 readonly EXIT_INFRA=90
 
@@ -108,7 +109,7 @@ verdict_of() {
   case "$1" in
     0) echo "PASS" ;;
     90) echo "INFRASTRUCTURE FAILURE (90): the VM itself failed; this says nothing about the code under test" ;;
-    91) echo "TIMEOUT (91): the VM ran past ${SOFTROCE_TIMEOUT:-840}s and was killed" ;;
+    91) echo "TIMEOUT (91): the VM ran past ${vm_timeout}s and was killed" ;;
     92) echo "INTERRUPTED (92)" ;;
     93) echo "BAD INVOCATION (93)" ;;
     *) echo "TEST FAILURE ($1): see the FAIL lines and the artifacts" ;;
@@ -181,7 +182,7 @@ run_kernel() {
       banner "VM ($suite, $(basename "$kernel_dir")), attempt $((attempt + 1)) after an infrastructure failure"
     fi
     "$here/run_vm.sh" --guest-script "$guest_script" --kernel-dir "$kernel_dir" \
-      --out-dir "$dir" --timeout "${SOFTROCE_TIMEOUT:-840}" \
+      --out-dir "$dir" --timeout "$vm_timeout" \
       --env "RDMA_TEST_SCALE=${RDMA_TEST_SCALE:-10}" "${extra_env[@]}" "${binaries[@]}" "$@" &
     run_vm_pid=$!
     while :; do

@@ -290,6 +290,22 @@ TEST_P(CompletionErrorTest, MapsToAStatusNamingOpcodeStatusAndConnection) {
   EXPECT_EQ(received, 5);
 }
 
+// Linux 6.1's rxe can put a QP in ERR after a completer error it reports
+// to nobody (its work requests then end flushed): the first failure of the
+// connection is a flush, and the Status must say that nothing explained it.
+TEST_F(FaultMatrixTest, AFlushNothingExplainedSaysTheProviderGaveNoReason) {
+  ASSERT_NO_FATAL_FAILURE(ConnectOrDie());
+  ibv_qp_attr attr = {};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_TRUE(sim_verbs_.ModifyQp(client_->qp(), &attr, IBV_QP_STATE).ok());
+  absl::Status status = client_->Check(In(seconds(5)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr("IBV_WC_WR_FLUSH_ERR"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("no error completion came before it"));
+  EXPECT_THAT(status.message(), HasSubstr(client_->name()));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     CommonStatuses, CompletionErrorTest,
     ::testing::Values(

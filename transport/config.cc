@@ -24,6 +24,7 @@ bool IsGidIndex(int v) { return v == -1 || (v >= 0 && v <= 255); }
 bool IsPort(int v) { return v >= 1 && v <= 255; }
 bool IsMtu(int v) { return v == 512 || v == 1024 || v == 2048 || v == 4096; }
 bool IsMaxInline(int v) { return v == -1 || (v >= 0 && v <= 1024); }
+bool IsAckTimeout(int v) { return v == -1 || (v >= 1 && v <= 31); }
 
 constexpr IntSetting kTrafficClass = {
     "MC_IB_TC",
@@ -65,6 +66,14 @@ constexpr IntSetting kMaxInline = {
     &IsMaxInline,
     "an integer 0..1024 (first inline size to ask for; 0 disables inline), "
     "or -1 to choose by vendor",
+    -1};
+constexpr IntSetting kAckTimeout = {
+    "MC_IB_TIMEOUT",
+    "ack_timeout",
+    &TransportOptions::ack_timeout,
+    &IsAckTimeout,
+    "an integer 1..31 (RC ACK timeout, 4.096 us * 2^value), or -1 for the "
+    "default (14, ~67 ms)",
     -1};
 
 // Strict decimal: optional '-', 1..9 digits, nothing else (no spaces, no
@@ -173,6 +182,11 @@ absl::StatusOr<TransportConfig> LoadTransportConfig(
       Resolve(kMaxInline, set_in_code, environment);
   if (!max_inline.ok()) return max_inline.status();
   if (*max_inline >= 0) config.max_inline = *max_inline;
+
+  absl::StatusOr<int> ack_timeout =
+      Resolve(kAckTimeout, set_in_code, environment);
+  if (!ack_timeout.ok()) return ack_timeout.status();
+  if (*ack_timeout >= 0) config.ack_timeout = *ack_timeout;
 
   absl::StatusOr<std::optional<GidSubnet>> gid_subnet =
       ResolveGidSubnet(set_in_code, environment);

@@ -16,6 +16,7 @@
 // | MC_IB_PORT    | 1..255                | 1       | device port
 // | MC_MTU        | 512, 1024, 2048, 4096 | 4096    | upper bound of the path MTU
 // | MC_MAX_INLINE | -1, 0..1024           | -1      | first inline size asked for; -1: by vendor, 0: no inline
+// | MC_IB_TIMEOUT | -1, 1..31             | -1      | RC ACK timeout, 4.096 us * 2^value; -1: 14 (~67 ms)
 // | RDMA_TRANSPORT_GID_SUBNET | a.b.c.d/n, x::/n | unset | only GIDs in this range are chosen (gid_subnet.h)
 //
 // An invalid value (not an integer, trailing characters, empty, out of range)
@@ -50,6 +51,7 @@ struct TransportOptions {
   std::optional<int> port;           // MC_IB_PORT
   std::optional<int> mtu;            // MC_MTU, in bytes
   std::optional<int> max_inline;     // MC_MAX_INLINE
+  std::optional<int> ack_timeout;    // MC_IB_TIMEOUT
   // RDMA_TRANSPORT_GID_SUBNET, same syntax ("10.1.0.0/16").
   std::optional<std::string> gid_subnet;
 };
@@ -73,9 +75,9 @@ struct TransportConfig {
   // else the first max_inline_data to ask for.
   std::optional<uint32_t> max_inline;
 
-  // RC transport parameters (IB spec encodings), fixed as in Mooncake and
-  // perftest: 4.096 us * 2^14 ~ 67 ms ACK timeout, 7 retries, RNR retry 7
-  // (infinite), minimum RNR NAK timer 12 (0.64 ms).
+  // RC transport parameters (IB spec encodings), as in Mooncake and
+  // perftest: 4.096 us * 2^14 ~ 67 ms ACK timeout (MC_IB_TIMEOUT), 7
+  // retries, RNR retry 7 (infinite), minimum RNR NAK timer 12 (0.64 ms).
   uint8_t ack_timeout = 14;
   uint8_t retry_count = 7;
   uint8_t rnr_retry = 7;

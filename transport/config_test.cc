@@ -36,6 +36,7 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(config->port, 1);
   EXPECT_EQ(config->mtu, 4096);
   EXPECT_EQ(config->max_inline, std::nullopt);
+  EXPECT_EQ(config->ack_timeout, 14);
   EXPECT_EQ(config->gid_subnet, std::nullopt);
 }
 
@@ -46,7 +47,8 @@ TEST(ConfigTest, ReadsEveryVariable) {
                                                {"MC_GID_INDEX", "1"},
                                                {"MC_IB_PORT", "2"},
                                                {"MC_MTU", "1024"},
-                                               {"MC_MAX_INLINE", "64"}}));
+                                               {"MC_MAX_INLINE", "64"},
+                                               {"MC_IB_TIMEOUT", "18"}}));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->traffic_class, 136);
   EXPECT_EQ(config->service_level, 3);
@@ -54,6 +56,7 @@ TEST(ConfigTest, ReadsEveryVariable) {
   EXPECT_EQ(config->port, 2);
   EXPECT_EQ(config->mtu, 1024);
   EXPECT_EQ(config->max_inline, 64u);
+  EXPECT_EQ(config->ack_timeout, 18);
 }
 
 TEST(ConfigTest, MinusOneMeansSystemDefault) {
@@ -61,12 +64,14 @@ TEST(ConfigTest, MinusOneMeansSystemDefault) {
       LoadTransportConfig({}, FakeEnvironment({{"MC_IB_TC", "-1"},
                                                {"MC_IB_SL", "-1"},
                                                {"MC_GID_INDEX", "-1"},
-                                               {"MC_MAX_INLINE", "-1"}}));
+                                               {"MC_MAX_INLINE", "-1"},
+                                               {"MC_IB_TIMEOUT", "-1"}}));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->traffic_class, std::nullopt);
   EXPECT_EQ(config->service_level, std::nullopt);
   EXPECT_EQ(config->gid_index, std::nullopt);
   EXPECT_EQ(config->max_inline, std::nullopt);
+  EXPECT_EQ(config->ack_timeout, 14);
 }
 
 TEST(ConfigTest, RangeEdgesAreAccepted) {
@@ -78,6 +83,8 @@ TEST(ConfigTest, RangeEdgesAreAccepted) {
   EXPECT_EQ(LoadWith("MC_MTU", "512")->mtu, 512);
   EXPECT_EQ(LoadWith("MC_MAX_INLINE", "0")->max_inline, 0u);
   EXPECT_EQ(LoadWith("MC_MAX_INLINE", "1024")->max_inline, 1024u);
+  EXPECT_EQ(LoadWith("MC_IB_TIMEOUT", "1")->ack_timeout, 1);
+  EXPECT_EQ(LoadWith("MC_IB_TIMEOUT", "31")->ack_timeout, 31);
 }
 
 struct InvalidValue {
@@ -132,7 +139,12 @@ INSTANTIATE_TEST_SUITE_P(
                       InvalidValue{"MC_MTU", "4k", "512, 1024, 2048, 4096"},
                       InvalidValue{"MC_MAX_INLINE", "-2", "0..1024"},
                       InvalidValue{"MC_MAX_INLINE", "1025", "0..1024"},
-                      InvalidValue{"MC_MAX_INLINE", "auto", "0..1024"}));
+                      InvalidValue{"MC_MAX_INLINE", "auto", "0..1024"},
+                      // 0 is the spec's "wait for ever": never a default.
+                      InvalidValue{"MC_IB_TIMEOUT", "0", "1..31"},
+                      InvalidValue{"MC_IB_TIMEOUT", "32", "1..31"},
+                      InvalidValue{"MC_IB_TIMEOUT", "-2", "1..31"},
+                      InvalidValue{"MC_IB_TIMEOUT", "18ms", "1..31"}));
 
 TEST(ConfigTest, EmptyValueSaysItIsEmpty) {
   absl::StatusOr<TransportConfig> config = LoadWith("MC_IB_TC", "");
@@ -144,11 +156,15 @@ TEST(ConfigTest, ValueSetInCodeOverridesEnvironment) {
   TransportOptions options;
   options.traffic_class = 96;
   options.mtu = 2048;
+  options.ack_timeout = 17;
   absl::StatusOr<TransportConfig> config = LoadTransportConfig(
-      options, FakeEnvironment({{"MC_IB_TC", "136"}, {"MC_MTU", "1024"}}));
+      options,
+      FakeEnvironment(
+          {{"MC_IB_TC", "136"}, {"MC_MTU", "1024"}, {"MC_IB_TIMEOUT", "20"}}));
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->traffic_class, 96);
   EXPECT_EQ(config->mtu, 2048);
+  EXPECT_EQ(config->ack_timeout, 17);
 }
 
 TEST(ConfigTest, CodeMinusOneOverridesEnvironmentToo) {

@@ -144,6 +144,7 @@ TEST_F(QpBringupTest, InvalidPathMtuIsRefusedBeforeAnyRtrCall) {
 
 TEST_F(QpBringupTest, InitAndRtsMasksAndValues) {
   TransportConfig config;
+  config.ack_timeout = 18;  // MC_IB_TIMEOUT, not the default 14
   BringUpAndGetRtr(config);
   ASSERT_EQ(calls_.size(), 3u);
   const ModifyCall& init = calls_[0];
@@ -158,7 +159,7 @@ TEST_F(QpBringupTest, InitAndRtsMasksAndValues) {
                           IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                           IBV_QP_MAX_QP_RD_ATOMIC);
   EXPECT_EQ(rts.attr.sq_psn, 0x654321u);
-  EXPECT_EQ(rts.attr.timeout, config.ack_timeout);
+  EXPECT_EQ(rts.attr.timeout, 18);
   EXPECT_EQ(rts.attr.retry_cnt, config.retry_count);
   EXPECT_EQ(rts.attr.rnr_retry, config.rnr_retry);
   EXPECT_EQ(rts.attr.max_rd_atomic, 16);

@@ -214,5 +214,19 @@ run_e2e_suite() { # label, log name
     report PASS "$label ($RXE_A client, $RXE_B server, RDMA_TEST_SCALE=$scale%): $passed/$ran tests passed"
   else
     report FAIL "$label: $passed/$ran tests passed (status $rc)${failed_tests:+; failed: $failed_tests}"
+    rxe_diagnostics
   fi
+}
+
+# After a failure over rxe: what the kernel saw, on the console (CI keeps
+# only that), since a provider may fail a QP without telling the process.
+rxe_diagnostics() {
+  local dev counters
+  for dev in "$RXE_A" "$RXE_B"; do
+    counters=$(cd "/sys/class/infiniband/$dev/ports/1/hw_counters" 2>/dev/null &&
+      grep -H -v '^0$' -- * 2>/dev/null | tr ':' '=' | paste -sd' ' -) || true
+    report INFO "rxe counters $dev: ${counters:-none nonzero}"
+  done
+  report INFO "kernel log: $(dmesg | grep -c 'Failed sending') 'Failed sending' lines; other rxe lines and warnings follow"
+  dmesg | grep -E 'rxe|WARNING|RIP:|Call Trace' | grep -v -e 'Failed sending' -e 'set active' -e 'added ' | tail -25 || true
 }

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
           "Lists RDMA devices, their GIDs and the one chosen (and why), the\n"
           "host traffic-class override, and the negotiated inline size.\n"
           "Honours MC_IB_TC, MC_IB_SL, MC_GID_INDEX, MC_IB_PORT, MC_MTU, "
-          "MC_MAX_INLINE,\nRDMA_TRANSPORT_GID_SUBNET.\n"
+          "MC_MAX_INLINE,\nMC_IB_TIMEOUT, RDMA_TRANSPORT_GID_SUBNET.\n"
           "  --sim=<profile>            one simulated NIC instead (%s)\n"
           "  --sim_tc_override=<n>      its host traffic-class override\n",
           "cx6, cx7, cx7-ib, e810, x722, erdma, rxe");

@@ -26,13 +26,9 @@
 namespace rdma_transport {
 namespace {
 
-constexpr const char* kVariables[] = {"MC_IB_TC",
-                                      "MC_IB_SL",
-                                      "MC_GID_INDEX",
-                                      "MC_IB_PORT",
-                                      "MC_MTU",
-                                      "MC_MAX_INLINE",
-                                      "RDMA_TRANSPORT_GID_SUBNET"};
+constexpr const char* kVariables[] = {
+    "MC_IB_TC", "MC_IB_SL",      "MC_GID_INDEX",  "MC_IB_PORT",
+    "MC_MTU",   "MC_MAX_INLINE", "MC_IB_TIMEOUT", "RDMA_TRANSPORT_GID_SUBNET"};
 
 [[noreturn]] void Fail(const std::string& what) {
   std::fprintf(stderr, "config_fuzzer: %s\n", what.c_str());
@@ -171,6 +167,14 @@ void CheckOneInput(std::string_view input) {
   }
   CheckVariable(environment, "MC_MAX_INLINE", Resolved(config->max_inline), -1,
                 -1, 1024);
+  // MC_IB_TIMEOUT's -1 and unset both resolve to 14.
+  const auto timeout = environment.find("MC_IB_TIMEOUT");
+  const bool timeout_minus_one =
+      timeout != environment.end() && SpelledInteger(timeout->second) == -1;
+  CheckVariable(
+      environment, "MC_IB_TIMEOUT",
+      timeout_minus_one && config->ack_timeout == 14 ? -1 : config->ack_timeout,
+      14, timeout_minus_one ? -1 : 1, 31);
   CheckGidSubnet(environment, config->gid_subnet);
 }
 

@@ -109,6 +109,19 @@ stop_capture() {
     last_captured=$captured
   done
   kill -INT "$capture_pid" 2>/dev/null || true
+  # tcpdump ends at once on SIGINT; one that does not must not hold the VM
+  # until its bound: after ${CAPTURE_STOP_WAIT:-30} s it is killed.
+  local tenths state
+  for ((tenths = 0; tenths < ${CAPTURE_STOP_WAIT:-30} * 10; tenths++)); do
+    state=Z
+    read -r _ _ state _ <"/proc/$capture_pid/stat" 2>/dev/null || true
+    [[ "$state" == Z ]] && break # gone, or exited and not yet reaped
+    sleep 0.1
+  done
+  if [[ "$state" != Z ]]; then
+    echo "stop_capture: the capture (pid $capture_pid) still ran ${CAPTURE_STOP_WAIT:-30} s after SIGINT; killed" >&2
+    kill -KILL "$capture_pid" 2>/dev/null || true
+  fi
   wait "$capture_pid" 2>/dev/null || true
 }
 

@@ -36,6 +36,7 @@ using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // What a packet's own trip adds to a scenario on the simulated link.
 constexpr auto kWireSlack = microseconds(50);
@@ -344,6 +345,8 @@ TEST_F(AsyncEventTest, QpFatalFailsThatQpsConnectionOnly) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_THAT(status.message(),
               HasSubstr("IBV_EVENT_QP_FATAL (the QP failed)"));
+  // The event explains the flush it caused: no "nobody said why".
+  EXPECT_THAT(status.message(), Not(HasSubstr("without reporting why")));
   EXPECT_EQ(took, Clock::duration::zero());
   EXPECT_TRUE(Healthy(*other_client_));
   EXPECT_EQ(contexts_[0]->async_events().qp_fatal, 1u);

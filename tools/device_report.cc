@@ -17,6 +17,14 @@
 namespace rdma_transport {
 namespace {
 
+// 4.096 us * 2^encoding, in the unit that reads best: "67 ms", "1.07 s".
+std::string AckTimeoutText(int encoding) {
+  const double us = 4.096 * static_cast<double>(1ull << (encoding & 63));
+  if (us < 1e3) return absl::StrFormat("%.0f us", us);
+  if (us < 1e6) return absl::StrFormat("%.0f ms", us / 1e3);
+  return absl::StrFormat("%.3g s", us / 1e6);
+}
+
 const char* PortStateName(ibv_port_state state) {
   switch (state) {
     case IBV_PORT_DOWN:
@@ -140,11 +148,13 @@ absl::Status WriteOneDevice(Verbs& verbs, const std::string& name,
     out << "  warning: " << warning << "\n";
   }
   out << absl::StrFormat(
-      "  traffic class: %s, service level %d, path MTU limit %d\n",
+      "  traffic class: %s, service level %d, path MTU limit %d, ACK timeout "
+      "%d (%s, MC_IB_TIMEOUT)\n",
       config.traffic_class.has_value()
           ? absl::StrFormat("%d (MC_IB_TC)", *config.traffic_class)
           : std::string("system default (MC_IB_TC unset)"),
-      config.service_level.value_or(0), (*context)->mtu());
+      config.service_level.value_or(0), (*context)->mtu(), config.ack_timeout,
+      AckTimeoutText(config.ack_timeout));
   return WriteInlineLine(verbs, **context, out);
 }
 

@@ -21,6 +21,12 @@ expect "no override: no file" 0 \
   -- "$devices" --sim=rxe
 expect "no warning without an override" 0 "^  traffic class: 136 \(MC_IB_TC\)" \
   -- env MC_IB_TC=136 "$devices" --sim=cx7
+expect "ACK timeout by default" 0 "path MTU limit [0-9]+, ACK timeout 14 \(67 ms, MC_IB_TIMEOUT\)" \
+  -- "$devices" --sim=cx7
+expect "ACK timeout from MC_IB_TIMEOUT" 0 "ACK timeout 18 \(1.07 s, MC_IB_TIMEOUT\)" \
+  -- env MC_IB_TIMEOUT=18 "$devices" --sim=cx7
+expect "bad MC_IB_TIMEOUT refused" 2 "MC_IB_TIMEOUT=\"0\" is invalid: expected an integer 1..31" \
+  -- env MC_IB_TIMEOUT=0 "$devices" --sim=cx7
 if env MC_IB_TC=136 "$devices" --sim=cx7 2>&1 | grep -q warning; then
   echo "FAIL a warning without an override"; failures=$((failures + 1))
 else

@@ -43,15 +43,15 @@ std::string DescribeFailedCompletion(const std::string& name,
                    absl::Hex(wc.vendor_err));
   if (wc.status == IBV_WC_RETRY_EXC_ERR) {
     absl::StrAppend(&detail, "; the peer is unreachable or gone");
-  } else if (wc.status == IBV_WC_WR_FLUSH_ERR) {
-    // Described only as a connection's first failure (a flush after one is
-    // expected and not reported): nothing of ours said why the QP is in ERR.
-    absl::StrAppend(&detail,
-                    "; no error completion came before it: the provider "
-                    "moved the QP to the error state without reporting why "
-                    "(for rxe see the kernel log)");
   }
   return detail;
+}
+
+std::string UnexplainedFlushNote() {
+  return "; no error completion or async event came before it: the provider "
+         "moved the QP to the error state without reporting why (for rxe see "
+         "the kernel log; a responder error the peer saw also ends here as a "
+         "flush)";
 }
 
 const char* AsyncEventMeaning(int type) {

@@ -28,6 +28,11 @@ absl::StatusCode CodeForCompletion(ibv_wc_status status);
 // exhaustion. The operation comes from the wr_id's kind (wr_id.h).
 std::string DescribeFailedCompletion(const std::string& name, const ibv_wc& wc);
 
+// Appended to a flush that is a connection's first failure when no async
+// event explains it either (Linux 6.1's rxe fails a QP that way, with only a
+// kernel WARNING to show: docs/soft-roce.md).
+std::string UnexplainedFlushNote();
+
 // What an asynchronous event (an ibv_event_type) says happened: "the QP
 // failed", "the port went down", ...
 const char* AsyncEventMeaning(int type);

@@ -59,10 +59,14 @@ void Connection::DispatchCompletionLocked(const ibv_wc& wc) {
       if (send_side && async_.count > 0) EndAsyncOpsLocked(seq, wc.status);
       return;
     }
-    const std::string detail = DescribeFailedCompletion(name_, wc);
+    std::string detail = DescribeFailedCompletion(name_, wc);
     // A QP or CQ the device failed flushes its work: the async event, if
     // one came, is the reason to report.
     CheckAsyncEventsLocked(detail);
+    // A first failure that is a flush, with no event: nothing said why.
+    if (wc.status == IBV_WC_WR_FLUSH_ERR && failure_.ok()) {
+      detail += UnexplainedFlushNote();
+    }
     FailLocked(absl::Status(CodeForCompletion(wc.status), detail));
     if (send_side && async_.count > 0) EndAsyncOpsLocked(seq, wc.status);
     return;

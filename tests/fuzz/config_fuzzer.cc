@@ -1,6 +1,6 @@
 // libFuzzer target for the MC_* configuration parser (transport/config.h).
 //
-// The input is lines of NAME=VALUE; lines naming one of the seven variables
+// The input is lines of NAME=VALUE; lines naming one of the eight variables
 // set it in a fake environment (the last one wins), everything else is
 // ignored. VALUE is arbitrary bytes, NUL included. Then:
 //   - on success every field is in its documented range, a variable that

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The end-to-end suite over Soft-RoCE alone, inside the VM: what
 # run_loaded_e2e.sh boots while it keeps every host core busy. Same topology
-# and checks as step 3 of guest_ci.sh; one PASS/FAIL line in summary.txt,
-# exit 1 on failure.
+# and checks as step 3 of guest_ci.sh; one PASS/FAIL line in summary.txt
+# (after a FAIL, INFO lines with the rxe counters and kernel log), exit 1 on
+# failure.
 set -euo pipefail
 
 # shellcheck source=ci/softroce/guest_topology.sh

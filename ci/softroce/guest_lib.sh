@@ -215,6 +215,8 @@ gtest_counts() {
 # the handshake across the veth) at $scale percent, reported as one check.
 run_e2e_suite() { # label, log name
   local label=$1 name=$2 rc=0 ran passed failed_tests
+  rxe_counters "$RXE_A" >"$out/$RXE_A.counters-before"
+  rxe_counters "$RXE_B" >"$out/$RXE_B.counters-before"
   # E2E_GTEST_ARGS (e.g. "--gtest_filter=*16MiB* --gtest_repeat=5") narrows
   # the run when investigating one case.
   # shellcheck disable=SC2086 # word splitting of the extra arguments wanted
@@ -231,15 +233,33 @@ run_e2e_suite() { # label, log name
   fi
 }
 
+# Both devices' hw counters as "name=value" lines (lifespan, the sampling
+# period, left out), for rxe_diagnostics' differences.
+rxe_counters() { # device
+  local dir=/sys/class/infiniband/$1/ports/1/hw_counters file
+  [[ -d "$dir" ]] || return 0
+  for file in "$dir"/*; do
+    [[ "${file##*/}" == lifespan ]] && continue
+    echo "${file##*/}=$(cat "$file" 2>/dev/null || echo 0)"
+  done
+}
+
 # After a failure over rxe: what the kernel saw, on the console (CI keeps
 # only that), since a provider may fail a QP without telling the process.
+# The counters are what the run added ($out/<dev>.counters-before, written by
+# run_e2e_suite before it), else totals since boot.
 rxe_diagnostics() {
-  local dev counters
+  local dev added
   for dev in "$RXE_A" "$RXE_B"; do
-    counters=$(cd "/sys/class/infiniband/$dev/ports/1/hw_counters" 2>/dev/null &&
-      grep -H -v '^0$' -- * 2>/dev/null | tr ':' '=' | paste -sd' ' -) || true
-    report INFO "rxe counters $dev: ${counters:-none nonzero}"
+    if [[ ! -d "/sys/class/infiniband/$dev/ports/1/hw_counters" ]]; then
+      report INFO "rxe counters $dev: no hw_counters"
+      continue
+    fi
+    added=$(rxe_counters "$dev" | awk -F= -v before="$out/$dev.counters-before" '
+      BEGIN { while ((getline line < before) > 0) { split(line, kv, "="); was[kv[1]] = kv[2] } }
+      $2 - was[$1] != 0 { printf "%s%s+%d", sep, $1, $2 - was[$1]; sep = " " }')
+    report INFO "rxe counters $dev, added by the run: ${added:-none}"
   done
-  report INFO "kernel log: $(dmesg | grep -c 'Failed sending') 'Failed sending' lines; other rxe lines and warnings follow"
+  report INFO "kernel log: $(dmesg | grep -c 'Failed sending' || true) 'Failed sending' lines; other rxe lines and warnings follow"
   dmesg | grep -E 'rxe|WARNING|RIP:|Call Trace' | grep -v -e 'Failed sending' -e 'set active' -e 'added ' | tail -25 || true
 }

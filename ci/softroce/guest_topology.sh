@@ -71,13 +71,6 @@ _topology_wait_gid() {
 
 _topology_sysctls() {
   local conf
-  # The veth pair is the fabric, and RoCE fabrics are lossless. With the
-  # default backlog of 1000 packets, a loaded TCG guest dropped the READ
-  # responder's bursts (rxe1 send_err +596..+1534 per ten 16 MiB READ tests),
-  # each answered by an RNR NAK in the middle of a READ response, the path
-  # on which 6.1's completer can fail a QP with nothing but flushes to show
-  # (docs/soft-roce.md). 16384 took those drops to 0 in the same VM.
-  sysctl -qw net.core.netdev_max_backlog=16384 || _topology_fail "sysctl netdev_max_backlog failed"
   for conf in all default "$@"; do
     sysctl -qw "net.ipv4.conf.$conf.accept_local=1" "net.ipv4.conf.$conf.rp_filter=0" ||
       _topology_fail "sysctl on $conf failed"
@@ -102,6 +95,14 @@ _topology_policy_routing() {
 
 _topology_setup() {
   _topology_sysctls
+  # The veth pair is the fabric, and RoCE fabrics are lossless. With the
+  # default backlog of 1000 packets, a loaded TCG guest dropped the READ
+  # responder's bursts (rxe1 send_err +596..+1534 per ten 16 MiB READ tests),
+  # each answered by an RNR NAK in the middle of a READ response, the path
+  # on which 6.1's completer can fail a QP with only flushes and one kernel
+  # WARNING to show (docs/soft-roce.md). 16384 took those drops to 0 in the
+  # same VM.
+  sysctl -qw net.core.netdev_max_backlog=16384 || _topology_fail "sysctl netdev_max_backlog failed"
   ip link add veth0 type veth peer name veth1 || _topology_fail "cannot create the veth pair"
   ip link add dummy0 type dummy || _topology_fail "cannot create dummy0"
   _topology_sysctls veth0 veth1 dummy0

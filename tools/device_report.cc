@@ -1,5 +1,6 @@
 #include "tools/device_report.h"
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "transport/context.h"
 #include "transport/gid_selection.h"
+#include "verbs_shim/ib_timer_encodings.h"
 #include "verbs_shim/verbs_error.h"
 #include "verbs_shim/verbs_names.h"
 
@@ -19,7 +21,9 @@ namespace {
 
 // 4.096 us * 2^encoding, in the unit that reads best: "67 ms", "1.07 s".
 std::string AckTimeoutText(int encoding) {
-  const double us = 4.096 * static_cast<double>(1ull << (encoding & 63));
+  const double us =
+      std::chrono::duration<double, std::micro>(AckTimeoutDuration(encoding))
+          .count();
   if (us < 1e3) return absl::StrFormat("%.0f us", us);
   if (us < 1e6) return absl::StrFormat("%.0f ms", us / 1e3);
   return absl::StrFormat("%.3g s", us / 1e6);

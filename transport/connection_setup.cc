@@ -19,6 +19,7 @@
 #include "transport/connection_internal.h"
 #include "transport/handshake.h"
 #include "transport/rendezvous_request.h"
+#include "verbs_shim/ib_timer_encodings.h"
 #include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
@@ -73,11 +74,9 @@ absl::Status Connection::CreateQueues() {
     // (docs/soft-roce.md); other providers complete with RETRY_EXC_ERR.
     watchdog_armed_ = context_.device_attr().vendor_id == kVendorSoftRoce;
     const TransportConfig& config = context_.config();
-    // 31 is the largest encoding (LoadTransportConfig refuses more); a
-    // hand-built TransportConfig is clamped rather than shifted past 63.
-    const auto retry_budget = std::chrono::nanoseconds(
-        4096ll * (1ll << std::min<int>(config.ack_timeout, 31)) *
-        (config.retry_count + 1));
+    // A hand-built TransportConfig past 31 is clamped (ib_timer_encodings.h).
+    const auto retry_budget =
+        AckTimeoutDuration(config.ack_timeout) * (config.retry_count + 1);
     completion_timeout_ =
         std::max<Clock::duration>(4 * retry_budget, std::chrono::seconds(2));
   }

@@ -65,23 +65,6 @@ inline bool AsksForAck(uint32_t packet, uint32_t packets) {
   return packet + 1 == packets || (packet + 1) % kAckRequestInterval == 0;
 }
 
-// The local ACK timeout: 4.096 us * 2^timeout (0 means infinite; callers
-// check).
-inline std::chrono::nanoseconds TransportTimeout(uint8_t timeout) {
-  return std::chrono::nanoseconds(int64_t{4096}
-                                  << std::min<uint8_t>(timeout, 31));
-}
-
-// The RNR NAK timer encoding of the IB spec (table 45).
-inline std::chrono::nanoseconds RnrDelay(uint8_t min_rnr_timer) {
-  static constexpr int64_t kMicros[32] = {
-      655360, 10,    20,    30,     40,     60,     80,     120,
-      160,    240,   320,   480,    640,    960,    1280,   1920,
-      2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
-      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
-  return std::chrono::microseconds(kMicros[min_rnr_timer & 31]);
-}
-
 inline bool CarriesPayload(ibv_wr_opcode opcode) {
   return opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM ||
          opcode == IBV_WR_RDMA_WRITE || opcode == IBV_WR_RDMA_WRITE_WITH_IMM;

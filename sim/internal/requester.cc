@@ -11,6 +11,7 @@
 #include "sim/internal/fabric_core.h"
 #include "sim/internal/link.h"
 #include "sim/internal/packets.h"
+#include "verbs_shim/ib_timer_encodings.h"
 
 namespace rdma_transport::sim::internal {
 namespace {
@@ -302,7 +303,7 @@ void FabricCore::ArmTimerLocked(SimQp& qp, Nanos from) {
   qp.timer_armed = true;
   Event& timer = StartEventLocked();
   timer.kind = EventKind::kRetryTimer;
-  timer.time = from + TransportTimeout(qp.attr.timeout);
+  timer.time = from + AckTimeoutDuration(qp.attr.timeout);
   timer.qp_num = qp.qp_num;
   timer.epoch = qp.epoch;
   timer.wqe_index = qp.sq_active;

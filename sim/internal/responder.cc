@@ -12,6 +12,7 @@
 #include "sim/internal/fabric_core.h"
 #include "sim/internal/link.h"
 #include "sim/internal/packets.h"
+#include "verbs_shim/ib_timer_encodings.h"
 
 namespace rdma_transport::sim::internal {
 
@@ -176,7 +177,7 @@ FabricCore::ResponderOutcome FabricCore::ExecuteRequestLocked(
       responder.nak_sent = true;
       outcome.reply = true;
       outcome.kind = Reply::kRnrNak;
-      outcome.rnr_delay = RnrDelay(responder.attr.min_rnr_timer);
+      outcome.rnr_delay = RnrNakDelay(responder.attr.min_rnr_timer);
       return outcome;
     }
   }

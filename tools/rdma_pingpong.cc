@@ -23,8 +23,8 @@
 //
 // --zero_copy: the messages go by SendFrom() from a region registered once
 // (kRemoteRead) and come by ReceiveBorrowed() when they fit a slot (the
-// view released once checked) or ReceiveInto() a region registered once
-// (kLocalWrite) when larger (tools/bench_common.h, MessageSender and
+// view given back by the next receive) or ReceiveInto() a region registered
+// once (kLocalWrite) when larger (tools/bench_common.h, MessageSender and
 // MessageReceiver); without it by the copying Send() and Receive(). The
 // server does as the client's plan says. With zero copy it answers from its
 // own registered message, stamped as the ping was, instead of echoing the
@@ -37,8 +37,9 @@
 // for every size.
 //
 // The client sends a message stamped with its iteration (first and last 8
-// bytes), the server checks the stamp and the length and answers with the
-// same stamp and length, the client checks the answer: a transport that
+// bytes), the server answers with the same stamp and length and then checks
+// the ping's (off the timed path; a bad ping is answered by an ERR text),
+// the client checks the answer: a transport that
 // loses, reorders, truncates or corrupts a message fails the run instead of
 // producing a figure. Exit status 0 on success, 1 on any error (printed to
 // stderr), 2 on bad flags.
@@ -68,6 +69,10 @@ ABSL_FLAG(int64_t, iterations, 1000,
 ABSL_FLAG(int64_t, warmup, 100,
           "unmeasured round trips before them, per size; unless given, "
           "fewer above 64 KiB (at least 1)");
+ABSL_FLAG(int64_t, test_bad_ping, -1,
+          "for tests: the client stamps this round trip's ping wrongly (of "
+          "the first size, counting the warm-up from 0), so that the "
+          "server's check fails the run; -1: never");
 
 namespace rdma_transport {
 namespace {
@@ -85,6 +90,9 @@ struct PingpongFlags {
   // Not given on the command line: scaled down by size (CountFor).
   bool scale_iterations = false;
   bool scale_warmup = false;
+  // --test_bad_ping: the round trip (of the first size) whose ping carries
+  // a wrong stamp; -1 none.
+  int64_t bad_ping = -1;
   MessageFlags messages;
   uint32_t slot = 0;  // messages.Slot(largest size)
 };
@@ -210,7 +218,9 @@ absl::Status Client(Connection& connection, const BenchBackend& backend,
     Deadline deadline = DeadlineIn(session.timeout());
     for (uint64_t i = 0; i < total; ++i) {
       const uint64_t value = StampValue(size, i);
-      Stamp(message, value);
+      const bool bad = size == sizes.front() &&
+                       static_cast<int64_t>(i) == flags.bad_ping;
+      Stamp(message, bad ? ~value : value);
       if (i % kDeadlineRefresh == 0) deadline = DeadlineIn(session.timeout());
       const uint64_t start = CycleClock::Now();
       if (absl::Status status = ping->Send(size, deadline); !status.ok()) {
@@ -369,6 +379,19 @@ absl::Status Server(Connection& connection, const BenchBackend& backend,
       absl::StatusOr<std::span<const std::byte>> ping =
           receiver->Receive(size, deadline);
       if (!ping.ok()) return ping.status();
+      // The echo goes before the ping is checked, so that the check is not
+      // on the round trip (perftest checks nothing): a ping of the wrong
+      // length or stamp still fails the run, by the ERR that follows the
+      // echo. A lent slot is held until the check, given back by the next
+      // receive.
+      absl::Status sent;
+      if (*zero_copy != 0) {
+        // Its own registered message, stamped as the ping should be.
+        Stamp(sender->message(size), value);
+        sent = sender->Send(size, deadline);
+      } else {
+        sent = connection.Send(*ping, deadline);  // the echo, copied
+      }
       if (ping->size() != size || !HasStamp(*ping, value)) {
         const std::string why = absl::StrFormat(
             "size %u, iteration %u: the ping has %u bytes and %s stamp", size,
@@ -377,15 +400,6 @@ absl::Status Server(Connection& connection, const BenchBackend& backend,
         (void)SendText(connection, absl::StrCat("ERR ", why),
                        DeadlineIn(session.timeout()));
         return absl::DataLossError(why);
-      }
-      absl::Status sent;
-      if (*zero_copy != 0) {
-        // Its own registered message, stamped as the ping was.
-        receiver->Release();
-        Stamp(sender->message(size), value);
-        sent = sender->Send(size, deadline);
-      } else {
-        sent = connection.Send(*ping, deadline);  // the echo, copied
       }
       if (!sent.ok()) return sent;
     }
@@ -411,6 +425,7 @@ int Main(int argc, char** argv) {
   pingpong.sizes = absl::GetFlag(FLAGS_sizes);
   pingpong.iterations = absl::GetFlag(FLAGS_iterations);
   pingpong.warmup = absl::GetFlag(FLAGS_warmup);
+  pingpong.bad_ping = absl::GetFlag(FLAGS_test_bad_ping);
   pingpong.scale_iterations = !FlagOnCommandLine("iterations");
   pingpong.scale_warmup = !FlagOnCommandLine("warmup");
   pingpong.messages = MessageFlags::FromCommandLine();

@@ -54,6 +54,19 @@ expect "pingpong copying" 0 "messages +: copied \(Send, Receive\)" -- \
 expect_line "pingpong copying 8 B eager" "^ +8 +15 .* yes +eager$"
 expect_line "pingpong copying 1 MiB by rendezvous, 15 iterations" "^ 1048576 +15 .* no +rndv$"
 
+# The server answers before it checks the ping (the check is off the timed
+# path), and a wrong ping still fails the run: with zero copy the echo
+# carries the server's own stamp, so the client learns of it from the ERR
+# that follows; copying, the echo carries the wrong stamp back.
+expect "pingpong --zero_copy: a wrong ping fails the run" 1 \
+  "the server: ERR size 64, iteration 5: the ping has 64 bytes and a wrong stamp" -- \
+  "$pingpong" "$pingpong_bound" --self --zero_copy --sizes=64,8 --iterations=20 --warmup=2 --test_bad_ping=5
+expect "pingpong copying: a wrong ping fails the run" 1 \
+  "size 64, iteration 5: the echo has 64 bytes and a wrong stamp" -- \
+  "$pingpong" "$pingpong_bound" --self --sizes=64,8 --iterations=20 --warmup=2 --test_bad_ping=5
+expect "pingpong: --test_bad_ping past the run changes nothing" 0 "^ +64 +20 " -- \
+  "$pingpong" "$pingpong_bound" --self --zero_copy --sizes=64 --iterations=20 --warmup=2 --test_bad_ping=22
+
 # A smaller slot: 4 KiB goes by rendezvous.
 expect "pingpong --slot_bytes=1024" 0 "^ +4096 +20 .* rndv$" -- \
   "$pingpong" "$pingpong_bound" --self --zero_copy --slot_bytes=1024 --sizes=512,4096 --iterations=20

@@ -218,8 +218,8 @@ absl::Status Client(Connection& connection, const BenchBackend& backend,
     Deadline deadline = DeadlineIn(session.timeout());
     for (uint64_t i = 0; i < total; ++i) {
       const uint64_t value = StampValue(size, i);
-      const bool bad = size == sizes.front() &&
-                       static_cast<int64_t>(i) == flags.bad_ping;
+      const bool bad =
+          size == sizes.front() && static_cast<int64_t>(i) == flags.bad_ping;
       Stamp(message, bad ? ~value : value);
       if (i % kDeadlineRefresh == 0) deadline = DeadlineIn(session.timeout());
       const uint64_t start = CycleClock::Now();

@@ -27,9 +27,9 @@
 // once (kLocalWrite) when larger (tools/bench_common.h, MessageSender and
 // MessageReceiver); without it by the copying Send() and Receive(). The
 // server does as the client's plan says. With zero copy it answers from its
-// own registered message, stamped as the ping was, instead of echoing the
-// bytes it was lent. Memory for the largest size is allocated and registered
-// before any timing.
+// own registered message, stamped as the ping should be, instead of echoing
+// the bytes it was lent. Memory for the largest size is allocated and
+// registered before any timing.
 //
 // Counts: --iterations (1000) and --warmup (100) per size. Not given on the
 // command line, they shrink above 64 KiB, to move as many bytes as 64 KiB does

@@ -11,7 +11,6 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 
 namespace rdma_transport::sim::internal {

@@ -906,6 +906,11 @@ TEST_F(EndToEndTest, AnUncontendedBusyPollWaitNeverPauses) {
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(Text({buffer.data(), *n}), "late");
   EXPECT_EQ(ConnectionTestPeer::SpinPauses(*pair->client), 0u);
+  // The waits took service turns (the first wait's deadline was seen by
+  // one); a yield is one kind of service turn.
+  const ConnectionStats stats = pair->client->stats();
+  EXPECT_GT(stats.service_turns, 0u);
+  EXPECT_LE(stats.service_yields, stats.service_turns);
 }
 
 TEST_F(EndToEndTest, DeadlinesExpireInsteadOfHanging) {

@@ -20,6 +20,10 @@
 // otherwise, naming the --slot_bytes to start it with. "inline" is about
 // the message's own bytes: a rendezvous message's never are
 // (ConnectionStats::inline_sends does not count its 20-byte request).
+// The CSV/JSON report adds the client's busy-poll service turns over the
+// size's round trips and how many of them yielded the CPU
+// (ConnectionStats::service_turns, service_yields): paced by time, not by
+// messages, so a slower run has more per round trip.
 //
 // --zero_copy: the messages go by SendFrom() from a region registered once
 // (kRemoteRead) and come by ReceiveBorrowed() when they fit a slot (the
@@ -285,7 +289,9 @@ absl::Status Client(Connection& connection, const BenchBackend& backend,
         .Add("slot_bytes", connection.max_message_size())
         .Add("rendezvous_sent", rendezvous_sent)
         .Add("rendezvous_received", rendezvous_received)
-        .Add("path", path);
+        .Add("path", path)
+        .Add("service_turns", after.service_turns - before.service_turns)
+        .Add("service_yields", after.service_yields - before.service_yields);
   }
   std::printf(
       "-------------------------------------------------------------------"

@@ -280,14 +280,18 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
     wakeup_index = count;
     fds[count++] = {wakeup_fd_, POLLIN, 0};
   }
+  const WaitKind kind = !busy                             ? WaitKind::kBlock
+                        : service_gate_.contended(cycles) ? WaitKind::kSpin
+                                                          : WaitKind::kPeek;
+  if (busy) {
+    ++stats_.service_turns;
+    if (kind == WaitKind::kSpin) ++stats_.service_yields;
+  }
   ++env_waiters_;
   ++wake_interest_;
   lock.unlock();
   const int ready =
-      env_.Wait(token, {fds, static_cast<size_t>(count)}, wake,
-                !busy                             ? WaitKind::kBlock
-                : service_gate_.contended(cycles) ? WaitKind::kSpin
-                                                  : WaitKind::kPeek);
+      env_.Wait(token, {fds, static_cast<size_t>(count)}, wake, kind);
   lock.lock();
   --env_waiters_;
   --wake_interest_;

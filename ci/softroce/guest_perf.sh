@@ -46,6 +46,17 @@
 #     them; and ib_send_lat once more under `strace -c -f` (its system
 #     calls by name: perf-raw/profile-ib_send_lat-*.strace). Each sampled
 #     pair has PERF_PROFILE_TIMEOUT (900 s).
+#   kernel events, with PERF_EVENTS=1: ib_send_lat, rdma_pingpong
+#     --inline=off --zero_copy and each PERF_VARIANTS build at
+#     PERF_EVENTS_SIZE (64) B, at each round-trip count of
+#     PERF_EVENTS_ITERATIONS ("1000 3000"), under a system-wide `perf record
+#     -a` of scheduler, workqueue, softirq, timer, network and system-call
+#     tracepoints (those the kernel has); perf_events.csv holds the counts by
+#     tool, round trips, command (digits dropped: kworker/u4:1 -> kworker/u)
+#     and event (a work item's function beside its workqueue events), and
+#     perf_events_table.txt the events per round trip, (count at the larger
+#     round-trip count - count at the smaller) / their difference, of each
+#     tool side by side: what the kernel does for one round trip of each.
 #   system calls, with PERF_STRACE=1: ib_send_lat, rdma_pingpong
 #     --inline=off and (PERF_ZERO_COPY=1) --inline=off --zero_copy, both
 #     sides under `strace -c -f`, at each size of PERF_STRACE_SIZES (64) and
@@ -108,6 +119,11 @@ read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-200 1000}"
 strace_timeout=${PERF_STRACE_TIMEOUT:-300}
 syscall_counter=${PERF_SYSCALL_COUNTER:-strace}  # strace | perf
 profile_mode=${PERF_PROFILE:-0}
+events_mode=${PERF_EVENTS:-0}
+events_size=${PERF_EVENTS_SIZE:-64}
+read -r -a events_counts <<<"${PERF_EVENTS_ITERATIONS:-1000 3000}"
+events_csv="$out/perf_events.csv"
+events_table="$out/perf_events_table.txt"
 profile_size=${PERF_PROFILE_SIZE:-64}
 profile_iterations=${PERF_PROFILE_ITERATIONS:-20000}
 step_timeout=${PERF_STEP_TIMEOUT:-120}
@@ -342,6 +358,149 @@ profile_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy)
   grep -v '^#' "$raw/$name-by-dso.txt" | grep . | head -25
 }
 
+# --- What the kernel does per round trip (PERF_EVENTS=1) ----------------------
+# The tracepoints asked for; those this kernel lacks are left out (events_probe).
+events_wanted=(sched:sched_switch sched:sched_wakeup sched:sched_waking
+  workqueue:workqueue_queue_work workqueue:workqueue_execute_start
+  irq:softirq_raise irq:softirq_entry irq:irq_handler_entry
+  timer:timer_start timer:timer_expire_entry timer:hrtimer_start timer:hrtimer_expire_entry
+  net:net_dev_xmit net:netif_receive_skb net:netif_rx
+  raw_syscalls:sys_enter)
+events_have=()
+events_probe() {
+  local event
+  grep -q ' /sys/kernel/tracing ' /proc/mounts ||
+    mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+  for event in "${events_wanted[@]}"; do
+    if perf stat -e "$event" -o /dev/null true 2>/dev/null; then events_have+=("$event"); fi
+  done
+  echo "guest_perf: kernel events counted: ${events_have[*]:-none}"
+  ((${#events_have[@]}))
+}
+
+# One pair under `perf record -a` of the events; its counts by command,
+# event and work function appended to $events_csv.
+events_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy|rdma_pingpong_<variant>_zero_copy), round trips
+  local tool=$1 n=$2 name="events-$1-${events_size}B-$2" recorder args=() event
+  # perf's own system calls (it writes what it records) would be most of
+  # the file: the filter leaves them out. The shell execs perf, so $$ is
+  # perf's pid.
+  for event in "${events_have[@]}"; do
+    args+=(-e "$event")
+    if [[ "$event" == raw_syscalls:* ]]; then args+=(--filter 'common_pid != @SELF@'); fi
+  done
+  # perf starts with its events off and says when they are on (attaching
+  # 16 tracepoints on every CPU took over 2 s under TCG: a run begun after
+  # a fixed sleep lost most of its events).
+  local ctl="$raw/$name.ctl" ack="$raw/$name.ack" reply=''
+  rm -f "$ctl" "$ack" && mkfifo "$ctl" "$ack"
+  # shellcheck disable=SC2016 # $$ is the inner shell's
+  sh -c 'for a in "$@"; do shift; set -- "$@" "$(printf %s "$a" | sed "s/@SELF@/$$/")"; done; exec perf record "$@"' \
+    perf -D -1 --control "fifo:$ctl,$ack" -a "${args[@]}" -o "$raw/$name.data" -- sleep 100000 \
+    >"$raw/$name.record.txt" 2>&1 &
+  recorder=$!
+  exec {ctl_fd}<>"$ctl" {ack_fd}<>"$ack"
+  echo enable >&"$ctl_fd"
+  read -r -t 120 reply <&"$ack_fd" || true
+  exec {ctl_fd}>&- {ack_fd}>&-
+  rm -f "$ctl" "$ack"
+  if [[ "$reply" != ack* ]]; then
+    echo "guest_perf: perf record never enabled its events for $name (see $raw/$name.record.txt)" >&2
+    failures=$((failures + 1))
+    kill -INT "$recorder" 2>/dev/null || true
+    wait "$recorder" 2>/dev/null || true
+    return 0
+  fi
+  local ok=1
+  if [[ "$tool" == ib_send_lat ]]; then
+    run_pair "$name" \
+      ib_send_lat -d "$RXE_B" -x "$GID_B" -s "$events_size" -n "$n" -F -p @PORT@ -- \
+      ib_send_lat -d "$RXE_A" -x "$GID_A" -s "$events_size" -n "$n" -F -p @PORT@ "$IP_B" || ok=0
+  else
+    local binary=rdma_pingpong envs=()
+    if [[ "$tool" != rdma_pingpong_zero_copy ]]; then
+      binary=${tool%_zero_copy}
+      local spec
+      for spec in ${variants[@]+"${variants[@]}"}; do
+        if [[ "$spec" == "${binary#rdma_pingpong_}:"* ]]; then
+          IFS=: read -r _ binary spec <<<"$spec"
+          if [[ -n "$spec" ]]; then IFS=, read -r -a envs <<<"$spec"; fi
+        fi
+      done
+    fi
+    local common=(env ${envs[@]+"${envs[@]}"} "$binary" --backend=ibverbs --sizes="$events_size" --inline=off
+      --zero_copy --timeout="$tool_timeout")
+    run_pair "$name" \
+      "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
+      "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
+      --iterations="$n" --warmup=0 || ok=0
+  fi
+  pkill -INT -P "$recorder" sleep 2>/dev/null || true
+  kill -INT "$recorder" 2>/dev/null || true
+  wait "$recorder" 2>/dev/null || true
+  if ((!ok)); then return 0; fi # run_pair counted the failure
+  # perf script: "comm event: fields"; a workqueue event names its function.
+  perf script -i "$raw/$name.data" -F comm,event,trace 2>/dev/null |
+    awk -v tool="$tool" -v n="$n" '
+      { comm = $1; event = ""; fn = ""
+        for (i = 2; i <= NF; i++) if ($i ~ /:$/) { event = $i; sub(/:$/, "", event); break }
+        if (event == "") next
+        for (j = i + 1; j <= NF; j++) {
+          if ($j ~ /^function=/) { fn = substr($j, 10); break }
+          if ($j == "function" && j < NF) { fn = $(j + 1); break }
+        }
+        # kworker/u8:1-rxe_wq and kworker/u8:1+rxe_wq (busy) are one kind.
+        if (comm ~ /^kworker/) sub(/[-+].*$/, "", comm)
+        gsub(/[0-9]+/, "", comm); gsub(/[:\/]+$/, "", comm)
+        key = comm "," event "," fn; c[key]++ }
+      END { for (k in c) printf "%s,%s,%s,%d\n", tool, n, k, c[k] }' >>"$events_csv" || {
+    echo "guest_perf: perf script could not read $raw/$name.data (see $raw/$name.record.txt)" >&2
+    failures=$((failures + 1))
+  }
+  # The VM's artifacts live in its memory; the counts are what is kept.
+  rm -f "$raw/$name.data"
+}
+
+# Events per round trip: (count at the larger count - at the smaller) / the
+# difference, by event and command, each tool a column.
+events_summary() {
+  awk -F, -v counts="${events_counts[*]}" -v size="$events_size" '
+    NR > 1 { c[$1, $2, $3, $4, $5] += $6; e[$4] += 0; key[$4 "," $3 "," $5] = 1
+      if (!($1 in seen)) { seen[$1] = 1; tools[++nt] = $1 } }
+    END {
+      m = split(counts, k, " "); lo = k[1] + 0; hi = lo
+      for (i = 2; i <= m; i++) { if (k[i] + 0 < lo) lo = k[i] + 0; if (k[i] + 0 > hi) hi = k[i] + 0 }
+      if (hi == lo) { print "events: PERF_EVENTS_ITERATIONS needs two different counts"; exit }
+      printf "Kernel events per round trip at %d B (system-wide perf record, both sides and the kernel):\n", size
+      printf "(count at %d round trips - count at %d) / %d, by event, command and work function\n", hi, lo, hi - lo
+      printf "%-62s", "event / command / function"
+      for (t = 1; t <= nt; t++) {
+        label = tools[t]; sub(/^rdma_pingpong_/, "", label); sub(/_zero_copy$/, "", label)
+        if (label == "zero_copy") label = "ours"
+        printf " %14s", substr(label, 1, 14)
+      }
+      printf "\n"
+      n = 0
+      for (kk in key) rows[++n] = kk
+      for (i = 2; i <= n; i++) { v = rows[i]; for (j = i - 1; j >= 1 && rows[j] > v; j--) rows[j + 1] = rows[j]; rows[j + 1] = v }
+      for (i = 1; i <= n; i++) {
+        split(rows[i], f, ","); line = sprintf("%-62s", substr(f[1] " / " f[2] (f[3] != "" ? " / " f[3] : ""), 1, 62)); shown = 0
+        for (t = 1; t <= nt; t++) {
+          v = (c[tools[t], hi, f[2], f[1], f[3]] - c[tools[t], lo, f[2], f[1], f[3]]) / (hi - lo)
+          if (v >= 0.05 || v <= -0.05) shown = 1
+          line = line sprintf(" %14.2f", v)
+        }
+        if (shown) print line
+        for (t = 1; t <= nt; t++) tot[tools[t], f[1]] += c[tools[t], hi, f[2], f[1], f[3]] - c[tools[t], lo, f[2], f[1], f[3]]
+        ev[f[1]] = 1
+      }
+      printf "totals by event:\n"
+      for (x in ev) {
+        line = sprintf("%-62s", x); for (t = 1; t <= nt; t++) line = line sprintf(" %14.2f", tot[tools[t], x] / (hi - lo)); print line
+      }
+    }' "$events_csv"
+}
+
 # Per size, per syscall: calls per round trip of each tool's client, server
 # and both, from the smallest and the largest round-trip count.
 strace_summary() {
@@ -504,6 +663,26 @@ if ((profile_mode)); then
     fi
   fi
   echo "guest_perf: profiles done after ${SECONDS}s"
+fi
+
+if ((events_mode)); then
+  echo "tool,iterations,command,event,function,count" >"$events_csv"
+  if ! command -v perf >/dev/null; then
+    echo "guest_perf: PERF_EVENTS=1 but no perf in the guest (install it on the host: build_initramfs.sh takes it from there)" >&2
+    failures=$((failures + 1))
+  elif ! events_probe; then
+    echo "guest_perf: PERF_EVENTS=1 but perf can count none of the tracepoints here" >&2
+    failures=$((failures + 1))
+  else
+    echo -1 >/proc/sys/kernel/perf_event_paranoid 2>/dev/null || true
+    events_tools=(ib_send_lat rdma_pingpong_zero_copy)
+    for variant in ${variants[@]+"${variants[@]}"}; do events_tools+=("rdma_pingpong_${variant%%:*}_zero_copy"); done
+    for n in "${events_counts[@]}"; do
+      for tool in "${events_tools[@]}"; do events_run "$tool" "$n"; done
+    done
+    events_summary | tee "$events_table"
+  fi
+  echo "guest_perf: kernel events done after ${SECONDS}s"
 fi
 
 # --- The table: per size, the median over repeats of each run's figure, and

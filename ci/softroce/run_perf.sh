@@ -13,7 +13,7 @@
 #                           [--bw-only] [--no-bw] [--strace] [--strace-only]
 #                           [--strace-sizes "64"] [--strace-iterations "200 1000"]
 #                           [--syscalls-by strace|perf]
-#                           [--profile] [--profile-only]
+#                           [--profile] [--profile-only] [--events] [--events-only]
 #                           [--variant NAME=BINARY[:VAR=value,...]]...
 #                           [--update-docs]
 #
@@ -43,6 +43,10 @@
 # adds guest_perf.sh's PERF_PROFILE=1 (ib_send_lat and rdma_pingpong
 # --zero_copy at 64 B under a system-wide perf record -g -e cpu-clock;
 # reports in vm/<suite>/perf-raw/profile-*.txt), --profile-only runs that
+# alone. --events adds guest_perf.sh's PERF_EVENTS=1 (scheduler, workqueue,
+# softirq, timer, network and system-call tracepoints counted system-wide
+# per round trip at 64 B: ib_send_lat, rdma_pingpong --zero_copy and each
+# variant, side by side in perf_events_table.txt), --events-only that
 # alone. --variant (repeatable) runs another rdma_pingpong build, with its
 # own environment, after each zero-copy latency run (tool
 # rdma_pingpong_NAME_zero_copy in perf_latency.csv). --update-docs puts perf_bw_table.md and the load into
@@ -94,6 +98,8 @@ while (($#)); do
       variants+=("$vname:rdma_pingpong_$vname${venv:+:$venv}"); shift 2 ;;
     --profile) envs+=(--env "PERF_PROFILE=1"); shift ;;
     --profile-only) envs+=(--env "PERF_PROFILE=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
+    --events) envs+=(--env "PERF_EVENTS=1"); shift ;;
+    --events-only) envs+=(--env "PERF_EVENTS=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
     --update-docs) update_docs=1; shift ;;
     -h|--help) sed -n "2,$(grep -m1 -n 'SOFTROCE_TIMEOUT bounds the VM' "$0" | cut -d: -f1)p" "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;
@@ -132,7 +138,7 @@ kill "$sampler" 2>/dev/null || true
 # figures are the run's; the others stay where they are.
 read -r first _ <<<"${SOFTROCE_KERNELS:-bookworm}"
 for file in perf_latency.csv perf_bw.csv perf_summary.txt perf_bw_table.md \
-  perf_strace.csv perf_strace_table.txt perf_clocksource.txt; do
+  perf_strace.csv perf_strace_table.txt perf_events.csv perf_events_table.txt perf_clocksource.txt; do
   for src in "$out_dir/vm/$first/$file" "$out_dir/vm/$file"; do
     if [[ -f "$src" ]]; then cp "$src" "$out_dir/"; break; fi
   done

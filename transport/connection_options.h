@@ -129,11 +129,12 @@ struct ConnectionStats {
   uint64_t rdma_bytes = 0;
   uint64_t keepalives = 0;
   uint64_t regions_bound = 0;  // BindRegion() successes
-  // Busy-poll waits (ProgressMode::kBusyPoll, not on an engine): the
-  // service turns taken (each reads the clock and polls the setup stream
-  // and async-event fds: a system call or two, busy_poll_gate.h), and of
-  // those the ones that also yielded the CPU (sched_yield: the thread had
-  // been descheduled within the last ~25 ms).
+  // Busy-poll waits (ProgressMode::kBusyPoll, and blocking calls on an
+  // engine's connection): the service turns taken (each reads the clock;
+  // unless it sends a keepalive or meets the deadline it also polls the
+  // setup stream and async-event fds: a system call or two,
+  // busy_poll_gate.h), and of those the ones that also yielded the CPU
+  // (sched_yield: the thread had been descheduled within the last ~25 ms).
   uint64_t service_turns = 0;
   uint64_t service_yields = 0;
   uint32_t send_credits = 0;

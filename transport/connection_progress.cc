@@ -213,6 +213,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
   }
   spin_turns_ = 0;
   const Deadline now = env_.Now();
+  if (busy) ++stats_.service_turns;
   ServiceLocked(lock, false, false);
   CheckStalledLocked(now);
   if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
@@ -283,10 +284,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
   const WaitKind kind = !busy                             ? WaitKind::kBlock
                         : service_gate_.contended(cycles) ? WaitKind::kSpin
                                                           : WaitKind::kPeek;
-  if (busy) {
-    ++stats_.service_turns;
-    if (kind == WaitKind::kSpin) ++stats_.service_yields;
-  }
+  if (kind == WaitKind::kSpin) ++stats_.service_yields;
   ++env_waiters_;
   ++wake_interest_;
   lock.unlock();

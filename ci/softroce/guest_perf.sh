@@ -188,13 +188,57 @@ run_pair() { # name, server command..., --, client command...
   return "$rc"
 }
 
+# The command that runs our ping-pong: rdma_pingpong, or a PERF_VARIANTS
+# build under its environment. Sets pingpong_command.
+pingpong_command_for() { # variant name ('' for rdma_pingpong itself)
+  pingpong_command=(rdma_pingpong)
+  [[ -z "$1" ]] && return 0
+  local spec binary settings envs=()
+  for spec in ${variants[@]+"${variants[@]}"}; do
+    [[ "$spec" == "$1:"* ]] || continue
+    IFS=: read -r _ binary settings <<<"$spec"
+    if [[ -n "$settings" ]]; then IFS=, read -r -a envs <<<"$settings"; fi
+    pingpong_command=(env ${envs[@]+"${envs[@]}"} "$binary")
+    return 0
+  done
+  echo "guest_perf: no PERF_VARIANTS entry named $1" >&2
+  return 1
+}
+
+# One latency pair, both sides on their own rxe device: perftest's TOOL
+# (ib_send_lat, ib_write_lat), or ours (rdma_pingpong, or variant:NAME) with
+# FLAGS on both sides and CLIENT_FLAGS on the client. A caller may set
+# wrap_server / wrap_client (local arrays) to run each side under a tracer.
+lat_pair() { # name, tool, size, round trips, [flags...] [-- client flags...]
+  local name=$1 tool=$2 size=$3 n=$4 flags=() client_flags=()
+  shift 4
+  while (($#)) && [[ "$1" != -- ]]; do flags+=("$1"); shift; done
+  if (($#)); then shift; client_flags=("$@"); fi
+  if [[ "$tool" == ib_* ]]; then
+    run_pair "$name" \
+      ${wrap_server[@]+"${wrap_server[@]}"} \
+      "$tool" -d "$RXE_B" -x "$GID_B" -s "$size" -n "$n" -F -p @PORT@ -- \
+      ${wrap_client[@]+"${wrap_client[@]}"} \
+      "$tool" -d "$RXE_A" -x "$GID_A" -s "$size" -n "$n" -F -p @PORT@ "$IP_B"
+    return
+  fi
+  local variant=''
+  if [[ "$tool" == variant:* ]]; then variant=${tool#variant:}; fi
+  pingpong_command_for "$variant" || { failures=$((failures + 1)); return 1; }
+  local common=("${pingpong_command[@]}" --backend=ibverbs --sizes="$size" ${flags[@]+"${flags[@]}"})
+  run_pair "$name" \
+    ${wrap_server[@]+"${wrap_server[@]}"} \
+    "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
+    ${wrap_client[@]+"${wrap_client[@]}"} \
+    "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
+    --iterations="$n" ${client_flags[@]+"${client_flags[@]}"}
+}
+
 # perftest latency: the line after the header holding t_typical is
 #   #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
 perftest_lat() { # repeat, size, tool
   local r=$1 size=$2 tool=$3 name="$3-$2B-r$1"
-  run_pair "$name" \
-    "$tool" -d "$RXE_B" -x "$GID_B" -s "$size" -n "$iterations" -F -p @PORT@ -- \
-    "$tool" -d "$RXE_A" -x "$GID_A" -s "$size" -n "$iterations" -F -p @PORT@ "$IP_B" || return 0
+  lat_pair "$name" "$tool" "$size" "$iterations" || return 0
   # Under TCG perftest now and then prints "inf" and "-nan" for every figure
   # (its cycle counter calibration failed): such a run has no figure.
   local line
@@ -210,21 +254,18 @@ perftest_lat() { # repeat, size, tool
   fi
 }
 
-ours_lat() { # repeat, size, inline mode (off|auto), [zero_copy]
-  local r=$1 size=$2 mode=$3 tool="rdma_pingpong_inline_$3${4:+_$4}"
+ours_lat() { # repeat, size, inline mode (off|auto), [zero_copy], [variant name]
+  local r=$1 size=$2 mode=$3 tool="rdma_pingpong_inline_$3${4:+_$4}" pair=rdma_pingpong
   local name="rdma_pingpong-inline_$3${4:+_$4}-$2B-r$1"
-  local common=(rdma_pingpong --backend=ibverbs --sizes="$size" --inline="$mode" --timeout="$tool_timeout")
-  # A variant (PERF_VARIANTS): its binary, under its environment.
-  if [[ -n "${variant_name:-}" ]]; then
-    tool="rdma_pingpong_${variant_name}_zero_copy"
-    name="rdma_pingpong-$variant_name-$2B-r$1"
-    common=(env ${variant_env[@]+"${variant_env[@]}"} "$variant_binary" "${common[@]:1}")
+  local flags=(--inline="$mode" --timeout="$tool_timeout")
+  if [[ -n "${5:-}" ]]; then
+    tool="rdma_pingpong_$5_zero_copy"
+    name="rdma_pingpong-$5-$2B-r$1"
+    pair="variant:$5"
   fi
-  if [[ "${4:-}" == zero_copy ]]; then common+=(--zero_copy); fi
-  run_pair "$name" \
-    "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
-    "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
-    --iterations="$iterations" --warmup=0 --csv="$raw/$name.csv" || return 0
+  if [[ "${4:-}" == zero_copy ]]; then flags+=(--zero_copy); fi
+  lat_pair "$name" "$pair" "$size" "$iterations" "${flags[@]}" -- \
+    --warmup=0 --csv="$raw/$name.csv" || return 0
   # Our CSV names its columns; take them by name.
   awk -F, -v r="$r" -v tool="$tool" '
     NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
@@ -286,35 +327,27 @@ ours_bw() { # repeat, op (send|send_zero_copy|send_zero_copy_blocking|write|writ
 # One traced pair: both sides under strace -c -f, its summary in
 # $raw/<name>-{client,server}.strace, each syscall's count in $strace_csv.
 strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), size, round trips
-  local tool=$1 size=$2 n=$3 name side
+  local tool=$1 size=$2 n=$3 name="ib_send_lat-strace-$2B-n$3" side
+  if [[ "$tool" != ib_send_lat ]]; then name="rdma_pingpong-strace-${tool#rdma_pingpong_}-$2B-n$3"; fi
   # Traced start-up is slower: longer limits for this pair (run_pair reads them).
   local step_timeout=$strace_timeout listen_tries=600
   local trace=(strace -c -f -o)
   # perf stat counts in the kernel (a tracepoint counter, inherited by every
   # thread and child) and stops nothing, so the waits keep their length.
   if [[ "$syscall_counter" == perf ]]; then
-    trace=(perf stat -x, -e raw_syscalls:sys_enter -o)
+    trace=(perf stat -x ',' -e raw_syscalls:sys_enter -o)
   fi
+  local wrap_server=("${trace[@]}" "$raw/$name-server.strace")
+  local wrap_client=("${trace[@]}" "$raw/$name-client.strace")
   if [[ "$tool" == ib_send_lat ]]; then
-    name="ib_send_lat-strace-${size}B-n$n"
-    run_pair "$name" \
-      "${trace[@]}" "$raw/$name-server.strace" \
-      ib_send_lat -d "$RXE_B" -x "$GID_B" -s "$size" -n "$n" -F -p @PORT@ -- \
-      "${trace[@]}" "$raw/$name-client.strace" \
-      ib_send_lat -d "$RXE_A" -x "$GID_A" -s "$size" -n "$n" -F -p @PORT@ "$IP_B" || return 0
+    lat_pair "$name" ib_send_lat "$size" "$n" || return 0
   else
-    name="rdma_pingpong-strace-${tool#rdma_pingpong_}-${size}B-n$n"
     # --timeout bounds 256 round trips at a time (tools/bench_common.h):
     # traced, one of ours takes tens of milliseconds on a loaded host, as
     # each wait's system calls stop for strace.
-    local common=(rdma_pingpong --backend=ibverbs --sizes="$size" --inline=off --timeout="$strace_timeout")
-    if [[ "$tool" == *zero_copy ]]; then common+=(--zero_copy); fi
-    run_pair "$name" \
-      "${trace[@]}" "$raw/$name-server.strace" \
-      "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
-      "${trace[@]}" "$raw/$name-client.strace" \
-      "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
-      --iterations="$n" --warmup=0 || return 0
+    local flags=(--inline=off --timeout="$strace_timeout")
+    if [[ "$tool" == *zero_copy ]]; then flags+=(--zero_copy); fi
+    lat_pair "$name" rdma_pingpong "$size" "$n" "${flags[@]}" -- --warmup=0 || return 0
   fi
   # strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall", then
   # a "total" line; perf stat -x,: "<count>,,raw_syscalls:sys_enter,...", all
@@ -341,15 +374,10 @@ profile_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy)
   recorder=$!
   sleep 2 # perf attaches to every CPU
   if [[ "$tool" == ib_send_lat ]]; then
-    run_pair "$name" \
-      ib_send_lat -d "$RXE_B" -x "$GID_B" -s "$profile_size" -n "$profile_iterations" -F -p @PORT@ -- \
-      ib_send_lat -d "$RXE_A" -x "$GID_A" -s "$profile_size" -n "$profile_iterations" -F -p @PORT@ "$IP_B" || true
+    lat_pair "$name" ib_send_lat "$profile_size" "$profile_iterations" || true
   else
-    local common=(rdma_pingpong --backend=ibverbs --sizes="$profile_size" --inline=off --zero_copy --timeout="$step_timeout")
-    run_pair "$name" \
-      "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
-      "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
-      --iterations="$profile_iterations" --warmup=100 || true
+    lat_pair "$name" rdma_pingpong "$profile_size" "$profile_iterations" \
+      --inline=off --zero_copy --timeout="$step_timeout" -- --warmup=100 || true
   fi
   # perf record's child is the sleep: stop that; perf writes its file and exits.
   pkill -INT -P "$recorder" sleep 2>/dev/null || true
@@ -419,29 +447,16 @@ events_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy|rdma_pingpong_<varian
     wait "$recorder" 2>/dev/null || true
     return 0
   fi
-  local ok=1
-  if [[ "$tool" == ib_send_lat ]]; then
-    run_pair "$name" \
-      ib_send_lat -d "$RXE_B" -x "$GID_B" -s "$events_size" -n "$n" -F -p @PORT@ -- \
-      ib_send_lat -d "$RXE_A" -x "$GID_A" -s "$events_size" -n "$n" -F -p @PORT@ "$IP_B" || ok=0
+  local ok=1 pair=$tool
+  case "$tool" in
+    rdma_pingpong_zero_copy) pair=rdma_pingpong ;;
+    rdma_pingpong_*_zero_copy) pair=${tool#rdma_pingpong_}; pair="variant:${pair%_zero_copy}" ;;
+  esac
+  if [[ "$pair" == ib_* ]]; then
+    lat_pair "$name" "$pair" "$events_size" "$n" || ok=0
   else
-    local binary=rdma_pingpong envs=()
-    if [[ "$tool" != rdma_pingpong_zero_copy ]]; then
-      binary=${tool%_zero_copy}
-      local spec
-      for spec in ${variants[@]+"${variants[@]}"}; do
-        if [[ "$spec" == "${binary#rdma_pingpong_}:"* ]]; then
-          IFS=: read -r _ binary spec <<<"$spec"
-          if [[ -n "$spec" ]]; then IFS=, read -r -a envs <<<"$spec"; fi
-        fi
-      done
-    fi
-    local common=(env ${envs[@]+"${envs[@]}"} "$binary" --backend=ibverbs --sizes="$events_size" --inline=off
-      --zero_copy --timeout="$tool_timeout")
-    run_pair "$name" \
-      "${common[@]}" --device="$RXE_B" --gid_index="$GID_B" --server --listen="$IP_B:@PORT@" -- \
-      "${common[@]}" --device="$RXE_A" --gid_index="$GID_A" --connect="$IP_B:@PORT@" \
-      --iterations="$n" --warmup=0 || ok=0
+    lat_pair "$name" "$pair" "$events_size" "$n" --inline=off --zero_copy --timeout="$tool_timeout" -- \
+      --warmup=0 || ok=0
   fi
   pkill -INT -P "$recorder" sleep 2>/dev/null || true
   kill -INT "$recorder" 2>/dev/null || true
@@ -473,7 +488,7 @@ events_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy|rdma_pingpong_<varian
 # difference, by event and command, each tool a column.
 events_summary() {
   awk -F, -v counts="${events_counts[*]}" -v size="$events_size" '
-    NR > 1 { c[$1, $2, $3, $4, $5] += $6; e[$4] += 0; key[$4 "," $3 "," $5] = 1
+    NR > 1 { c[$1, $2, $3, $4, $5] += $6; key[$4 "," $3 "," $5] = 1
       if (!($1 in seen)) { seen[$1] = 1; tools[++nt] = $1 } }
     END {
       m = split(counts, k, " "); lo = k[1] + 0; hi = lo
@@ -589,11 +604,7 @@ for ((r = 1; r <= repeats * latency; r++)); do
     done
     if ((zero_copy)); then ours_lat "$r" "$size" off zero_copy; fi
     for variant in ${variants[@]+"${variants[@]}"}; do
-      IFS=: read -r variant_name variant_binary variant_spec <<<"$variant"
-      variant_env=()
-      if [[ -n "$variant_spec" ]]; then IFS=, read -r -a variant_env <<<"$variant_spec"; fi
-      ours_lat "$r" "$size" off zero_copy
-      variant_name=''
+      ours_lat "$r" "$size" off zero_copy "${variant%%:*}"
     done
   done
   echo "guest_perf: latency repeat $r done after ${SECONDS}s"

@@ -153,8 +153,13 @@ Connection::PostMessageLocked(const std::byte* data, uint32_t size,
     stats_.bytes_sent += size;
     if (send_inline) ++stats_.inline_sends;
   }
-  // A failed repost fails the connection; the message went out.
-  if (!reposts_.empty()) (void)PostDeferredRepostsLocked();
+  // Reposts that followed it go out once enough have gathered (credits.h,
+  // RepostsMayGather): one PostRecv per 8 round trips of a ping-pong on the
+  // default ring. A failed repost fails the connection; the message went
+  // out.
+  if (!reposts_.empty() && !owed_credits_.RepostsMayGather(reposts_.count())) {
+    (void)PostDeferredRepostsLocked();
+  }
   return seq;
 }
 

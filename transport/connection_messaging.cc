@@ -103,6 +103,9 @@ void Connection::MaybeReturnCreditsLocked() {
   while ((owed_credits_.WorthAMessage() || finished_owed_ > 0 ||
           (credit_due_ && owed_credits_.owed() > 0)) &&
          send_credits_.CanSendCreditReturn() && sq_.HasRoom(1)) {
+    // Receives gathering after a message (RepostsMayGather) go first, so
+    // that the credit message carries theirs too.
+    if (!reposts_.empty() && !PostDeferredRepostsLocked().ok()) return;
     absl::StatusOr<uint64_t> seq =
         PostControlLocked(WrKind::kSendCredit, TakeImmLocked(ImmKind::kCredit));
     if (!seq.ok()) return;

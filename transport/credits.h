@@ -59,7 +59,12 @@ class SendCredits {
 // Credits this side owes the peer: receives reposted but not yet announced.
 class OwedCredits {
  public:
-  explicit OwedCredits(uint32_t batch = 1) : batch_(std::max(batch, 1u)) {}
+  // Reposts that follow a message wait for this many of them, at most.
+  static constexpr uint32_t kMaxRepostGather = 8;
+
+  explicit OwedCredits(uint32_t batch = 1)
+      : batch_(std::max(batch, 1u)),
+        repost_gather_(std::clamp(batch_ / 4, 1u, kMaxRepostGather)) {}
 
   uint32_t owed() const { return owed_; }
   void Add(uint32_t credits = 1) { owed_ += credits; }
@@ -76,6 +81,17 @@ class OwedCredits {
   bool RepostsMayFollow(uint32_t reposts) const {
     return owed_ <= kMaxCreditsPerImm && reposts + 1 < batch_;
   }
+  // True when `reposts` receives that followed a message may wait for more
+  // before they are posted: fewer than a quarter of the batch (at most
+  // kMaxRepostGather; one, so none wait, below a batch of 8). A ping-pong
+  // then makes one PostRecv per that many round trips instead of one each.
+  // Their credits wait with them, so what is owed and not announced stays
+  // what RepostsMayFollow allows: the message that let them follow took
+  // every credit owed, and they stay below the batch.
+  bool RepostsMayGather(uint32_t reposts) const {
+    return reposts < repost_gather_;
+  }
+  uint32_t repost_gather() const { return repost_gather_; }
   // Takes what one immediate can carry.
   uint32_t Take() {
     uint32_t taken = std::min(owed_, kMaxCreditsPerImm);
@@ -85,6 +101,7 @@ class OwedCredits {
 
  private:
   uint32_t batch_;
+  uint32_t repost_gather_;
   uint32_t owed_ = 0;
 };
 

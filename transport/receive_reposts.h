@@ -4,12 +4,14 @@
 // Receive() has emptied and not yet posted again, and posts them together,
 // in one chained PostRecv: just before the credits they pay for go to the
 // peer (a credit return, the close message, a data message's immediate), or
-// just after a data message when their credits may wait for the next one
-// (credits.h, OwedCredits::RepostsMayFollow).
+// after a data message when their credits may wait for a later one
+// (credits.h, OwedCredits::RepostsMayFollow), once a quarter of the credit
+// batch has gathered (RepostsMayGather: 8 on the default ring).
 // The peer may use a slot only once it holds its credit, so a slot waiting
 // here costs the peer nothing; what it saves is a verbs call per message (a
 // doorbell on a NIC, the fabric's lock on the simulator): with the default
-// credit batch, one PostRecv per batch of messages instead of one each.
+// credit batch, one PostRecv per 8 messages of a ping-pong and per batch of
+// a one-way stream instead of one each.
 //
 // Not for an engine's shared receive queue: a shared slot goes back to the
 // pool at once, whatever becomes of the connection.

@@ -215,6 +215,12 @@ lat_pair() { # name, tool, size, round trips, [flags...] [-- client flags...]
   while (($#)) && [[ "$1" != -- ]]; do flags+=("$1"); shift; done
   if (($#)); then shift; client_flags=("$@"); fi
   if [[ "$tool" == ib_* ]]; then
+    # perftest's flags are fixed here; a caller's would be dropped unseen.
+    if ((${#flags[@]} || ${#client_flags[@]})); then
+      echo "guest_perf: lat_pair $name: $tool takes no extra flags (got: ${flags[*]} -- ${client_flags[*]})" >&2
+      failures=$((failures + 1))
+      return 1
+    fi
     run_pair "$name" \
       ${wrap_server[@]+"${wrap_server[@]}"} \
       "$tool" -d "$RXE_B" -x "$GID_B" -s "$size" -n "$n" -F -p @PORT@ -- \
@@ -254,14 +260,25 @@ perftest_lat() { # repeat, size, tool
   fi
 }
 
+# The tool column of a zero-copy ping-pong pair (lat_pair's second argument):
+# rdma_pingpong_zero_copy for ours, rdma_pingpong_<name>_zero_copy for
+# variant:<name>, perftest's tools by their own name.
+zero_copy_label() { # pair
+  case "$1" in
+    rdma_pingpong) echo rdma_pingpong_zero_copy ;;
+    variant:*) echo "rdma_pingpong_${1#variant:}_zero_copy" ;;
+    *) echo "$1" ;;
+  esac
+}
+
 ours_lat() { # repeat, size, inline mode (off|auto), [zero_copy], [variant name]
   local r=$1 size=$2 mode=$3 tool="rdma_pingpong_inline_$3${4:+_$4}" pair=rdma_pingpong
   local name="rdma_pingpong-inline_$3${4:+_$4}-$2B-r$1"
   local flags=(--inline="$mode" --timeout="$tool_timeout")
   if [[ -n "${5:-}" ]]; then
-    tool="rdma_pingpong_$5_zero_copy"
-    name="rdma_pingpong-$5-$2B-r$1"
     pair="variant:$5"
+    tool=$(zero_copy_label "$pair")
+    name="rdma_pingpong-$5-$2B-r$1"
   fi
   if [[ "${4:-}" == zero_copy ]]; then flags+=(--zero_copy); fi
   lat_pair "$name" "$pair" "$size" "$iterations" "${flags[@]}" -- \
@@ -416,8 +433,10 @@ events_probe() {
 
 # One pair under `perf record -a` of the events; its counts by command,
 # event and work function appended to $events_csv.
-events_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy|rdma_pingpong_<variant>_zero_copy), round trips
-  local tool=$1 n=$2 name="events-$1-${events_size}B-$2" recorder args=() event
+events_run() { # pair (ib_send_lat|rdma_pingpong|variant:NAME; ours zero-copy), round trips
+  local pair=$1 n=$2 tool recorder args=() event
+  tool=$(zero_copy_label "$pair")
+  local name="events-$tool-${events_size}B-$n"
   # perf's own system calls (it writes what it records) would be most of
   # the file: the filter leaves them out. The shell execs perf, so $$ is
   # perf's pid.
@@ -447,11 +466,7 @@ events_run() { # tool (ib_send_lat|rdma_pingpong_zero_copy|rdma_pingpong_<varian
     wait "$recorder" 2>/dev/null || true
     return 0
   fi
-  local ok=1 pair=$tool
-  case "$tool" in
-    rdma_pingpong_zero_copy) pair=rdma_pingpong ;;
-    rdma_pingpong_*_zero_copy) pair=${tool#rdma_pingpong_}; pair="variant:${pair%_zero_copy}" ;;
-  esac
+  local ok=1
   if [[ "$pair" == ib_* ]]; then
     lat_pair "$name" "$pair" "$events_size" "$n" || ok=0
   else
@@ -694,10 +709,10 @@ if ((events_mode)); then
     failures=$((failures + 1))
   else
     echo -1 >/proc/sys/kernel/perf_event_paranoid 2>/dev/null || true
-    events_tools=(ib_send_lat rdma_pingpong_zero_copy)
-    for variant in ${variants[@]+"${variants[@]}"}; do events_tools+=("rdma_pingpong_${variant%%:*}_zero_copy"); done
+    events_pairs=(ib_send_lat rdma_pingpong)
+    for variant in ${variants[@]+"${variants[@]}"}; do events_pairs+=("variant:${variant%%:*}"); done
     for n in "${events_counts[@]}"; do
-      for tool in "${events_tools[@]}"; do events_run "$tool" "$n"; done
+      for pair in "${events_pairs[@]}"; do events_run "$pair" "$n"; done
     done
     events_summary | tee "$events_table"
   fi

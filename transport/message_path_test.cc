@@ -40,55 +40,58 @@ class CallOrderVerbs : public VerbsWrapper {
 
   absl::Status PostSend(ibv_qp* qp, ibv_send_wr* wr,
                         ibv_send_wr** bad_wr) override {
-    Record(qp, Call::kPostSend);
+    Record({qp, Call::kPostSend, 0});
     return VerbsWrapper::PostSend(qp, wr, bad_wr);
   }
   absl::Status PostRecv(ibv_qp* qp, ibv_recv_wr* wr,
                         ibv_recv_wr** bad_wr) override {
     uint32_t chained = 0;
     for (const ibv_recv_wr* w = wr; w != nullptr; w = w->next) ++chained;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      chains_.emplace_back(qp, chained);
-    }
-    Record(qp, Call::kPostRecv);
+    Record({qp, Call::kPostRecv, chained});
     return VerbsWrapper::PostRecv(qp, wr, bad_wr);
-  }
-
-  // The receives each PostRecv on `qp` chained, since the last Clear().
-  std::vector<uint32_t> ChainsOn(ibv_qp* qp) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<uint32_t> chains;
-    for (const auto& [on, chained] : chains_) {
-      if (on == qp) chains.push_back(chained);
-    }
-    return chains;
   }
 
   // The calls on `qp` since the last Clear().
   std::vector<Call> CallsOn(ibv_qp* qp) {
-    std::lock_guard<std::mutex> lock(mu_);
     std::vector<Call> calls;
-    for (const auto& [on, call] : calls_) {
-      if (on == qp) calls.push_back(call);
-    }
+    for (const Entry& entry : EntriesOn(qp)) calls.push_back(entry.call);
     return calls;
+  }
+  // The receives each PostRecv on `qp` chained, since the last Clear().
+  std::vector<uint32_t> ChainsOn(ibv_qp* qp) {
+    std::vector<uint32_t> chains;
+    for (const Entry& entry : EntriesOn(qp)) {
+      if (entry.call == Call::kPostRecv) chains.push_back(entry.chained);
+    }
+    return chains;
   }
   void Clear() {
     std::lock_guard<std::mutex> lock(mu_);
-    calls_.clear();
-    chains_.clear();
+    entries_.clear();
   }
 
  private:
-  void Record(ibv_qp* qp, Call call) {
+  struct Entry {
+    ibv_qp* qp;
+    Call call;
+    uint32_t chained;  // PostRecv: the receives in its chain
+  };
+
+  void Record(const Entry& entry) {
     std::lock_guard<std::mutex> lock(mu_);
-    calls_.emplace_back(qp, call);
+    entries_.push_back(entry);
+  }
+  std::vector<Entry> EntriesOn(ibv_qp* qp) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Entry> on;
+    for (const Entry& entry : entries_) {
+      if (entry.qp == qp) on.push_back(entry);
+    }
+    return on;
   }
 
   std::mutex mu_;
-  std::vector<std::pair<ibv_qp*, Call>> calls_;
-  std::vector<std::pair<ibv_qp*, uint32_t>> chains_;
+  std::vector<Entry> entries_;
 };
 
 class MessagePathTest : public SimPairTest<CallOrderVerbs> {

@@ -155,9 +155,13 @@ Connection::PostMessageLocked(const std::byte* data, uint32_t size,
   }
   // Reposts that followed it go out once enough have gathered (credits.h,
   // RepostsMayGather): one PostRecv per 8 round trips of a ping-pong on the
-  // default ring. A failed repost fails the connection; the message went
-  // out.
-  if (!reposts_.empty() && !owed_credits_.RepostsMayGather(reposts_.count())) {
+  // default ring; or now if no receive came since the message before, so
+  // that a side which has stopped receiving does not keep them (and their
+  // credits) from the peer. A failed repost fails the connection; the
+  // message went out.
+  if (!reposts_.empty() &&
+      (!reposts_.TakeAddedSinceAsked() ||
+       !owed_credits_.RepostsMayGather(reposts_.count()))) {
     (void)PostDeferredRepostsLocked();
   }
   return seq;

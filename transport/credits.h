@@ -85,9 +85,11 @@ class OwedCredits {
   // before they are posted: fewer than a quarter of the batch (at most
   // kMaxRepostGather; one, so none wait, below a batch of 8). A ping-pong
   // then makes one PostRecv per that many round trips instead of one each.
-  // Their credits wait with them, so what is owed and not announced stays
-  // what RepostsMayFollow allows: the message that let them follow took
-  // every credit owed, and they stay below the batch.
+  // Their credits wait with them and miss the messages sent meanwhile (the
+  // peer holds up to that many fewer); what the peer has not been told
+  // still stays below the batch: the message that let them follow took
+  // every credit owed, and the receives that join them are posted, with
+  // their credits, once owed and held reach the batch.
   bool RepostsMayGather(uint32_t reposts) const {
     return reposts < repost_gather_;
   }

@@ -7,7 +7,8 @@
 // there are a quarter of the credit batch (at most 8; RepostsMayGather) and
 // then go out as one chain after the message: one PostRecv per 8 round
 // trips of a ping-pong on the default ring (the simulator's t_min 1.52 ->
-// 1.31 us at 8 B). A credit message takes those gathering with it. On the
+// 1.31 us at 8 B), or after a message with no receive since the one
+// before. A credit message takes those gathering with it. On the
 // smallest ring they go first and the message carries their credits:
 // posted after, the owed credits reach the credit batch in a ping-pong, a
 // credit message takes one of the three credits data needs, and the other
@@ -205,6 +206,31 @@ TEST_F(MessagePathTest, ACreditMessageTakesTheGatheredReposts) {
   EXPECT_EQ(client_->stats().credit_messages_sent, 1u);
   EXPECT_EQ(verbs_.ChainsOn(client_->qp()), (std::vector<uint32_t>{1, 3}));
   EXPECT_EQ(client_->stats().send_credits, 64u - 1u);
+}
+
+// A side that stops receiving does not keep what it gathered: the server
+// holds three after three round trips; its next message, with no receive
+// since the echo before, posts them after it, and the one after that
+// carries their credits, so the client holds every credit again.
+TEST_F(MessagePathTest, ASideThatStopsReceivingPostsWhatItGathered) {
+  ASSERT_NO_FATAL_FAILURE(Connect(ConnectionOptions{}));
+  for (uint32_t round = 0; round < 3; ++round) {
+    ASSERT_NO_FATAL_FAILURE(RoundTrip(round, 64)) << round;
+  }
+  EXPECT_EQ(client_->stats().send_credits, 64u - 3u);
+  verbs_.Clear();
+  std::vector<std::byte> message(64, std::byte{3});
+  std::vector<std::byte> buffer(64);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(server_->Send(message).ok());
+    ASSERT_TRUE(client_->Receive(buffer).ok());
+  }
+  EXPECT_EQ(
+      verbs_.CallsOn(server_->qp()),
+      (std::vector<Call>{Call::kPostSend, Call::kPostRecv, Call::kPostSend}));
+  EXPECT_EQ(verbs_.ChainsOn(server_->qp()), (std::vector<uint32_t>{3}));
+  EXPECT_EQ(client_->stats().send_credits, 64u);
+  EXPECT_EQ(server_->stats().credit_messages_sent, 0u);
 }
 
 // The smallest ring: the repost first; the echo carries its credit.

@@ -6,12 +6,17 @@
 // peer (a credit return, the close message, a data message's immediate), or
 // after a data message when their credits may wait for a later one
 // (credits.h, OwedCredits::RepostsMayFollow), once a quarter of the credit
-// batch has gathered (RepostsMayGather: 8 on the default ring).
-// The peer may use a slot only once it holds its credit, so a slot waiting
-// here costs the peer nothing; what it saves is a verbs call per message (a
-// doorbell on a NIC, the fabric's lock on the simulator): with the default
-// credit batch, one PostRecv per 8 messages of a ping-pong and per batch of
-// a one-way stream instead of one each.
+// batch has gathered (RepostsMayGather: 8 on the default ring) or when no
+// receive came between that message and the one before (the side has
+// stopped receiving: what it holds would otherwise wait for its next
+// receive).
+// The peer may use a slot only once it holds its credit; a slot waiting here
+// delays that credit (the peer's Send() may wait for credit that much
+// sooner), as an owed credit does, and the two together stay below the
+// credit batch. What waiting saves is a verbs call per message (a doorbell
+// on a NIC, the fabric's lock on the simulator): with the default credit
+// batch, one PostRecv per 8 messages of a ping-pong and per batch of a
+// one-way stream instead of one each.
 //
 // Not for an engine's shared receive queue: a shared slot goes back to the
 // pool at once, whatever becomes of the connection.
@@ -22,6 +27,8 @@
 //
 //   ReceiveReposts reposts;
 //   reposts.Add(slot);                       // Receive() emptied it
+//   ...                                      // after a message:
+//   if (!reposts.TakeAddedSinceAsked()) { /* post them now */ }
 //   if (owed.WorthAMessageWith(reposts.count()) || reposts.full()) {
 //     const uint32_t posted = reposts.count();
 //     if (reposts.Post(verbs, qp, ring_address, slot_size, lkey,
@@ -54,7 +61,19 @@ class ReceiveReposts {
   bool full() const { return count_ == kCapacity; }
 
   // Requires !full().
-  void Add(uint32_t slot) { slots_[count_++] = slot; }
+  void Add(uint32_t slot) {
+    slots_[count_++] = slot;
+    added_ = true;
+  }
+
+  // True when a slot was added since the last call or Post(); clears that.
+  // The message path asks after each message: false means no receive came
+  // between it and the message before.
+  bool TakeAddedSinceAsked() {
+    const bool added = added_;
+    added_ = false;
+    return added;
+  }
 
   // Posts every slot held, in the order added, as one chain: slot s is
   // `slot_size` bytes at ring_address + s * slot_size, with wr_id
@@ -74,6 +93,7 @@ class ReceiveReposts {
       wrs[i].next = i + 1 < count_ ? &wrs[i + 1] : nullptr;
     }
     count_ = 0;
+    added_ = false;
     ibv_recv_wr* bad = nullptr;
     return verbs.PostRecv(qp, wrs.data(), &bad);
   }
@@ -81,6 +101,7 @@ class ReceiveReposts {
  private:
   std::array<uint32_t, kCapacity> slots_;
   uint32_t count_ = 0;
+  bool added_ = false;
 };
 
 }  // namespace rdma_transport

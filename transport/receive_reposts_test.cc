@@ -65,6 +65,20 @@ TEST(ReceiveRepostsTest, HoldsUpToItsCapacity) {
   EXPECT_TRUE(reposts.full());
 }
 
+TEST(ReceiveRepostsTest, SaysWhetherASlotWasAddedSinceItWasLastAsked) {
+  MockVerbs verbs;
+  ibv_qp qp{};
+  EXPECT_CALL(verbs, PostRecv(&qp, _, _)).WillOnce(Return(absl::OkStatus()));
+  ReceiveReposts reposts;
+  EXPECT_FALSE(reposts.TakeAddedSinceAsked());
+  reposts.Add(4);
+  EXPECT_TRUE(reposts.TakeAddedSinceAsked());
+  EXPECT_FALSE(reposts.TakeAddedSinceAsked());  // asked: cleared
+  reposts.Add(6);
+  ASSERT_TRUE(reposts.Post(verbs, &qp, 0, 64, 1, 0).ok());
+  EXPECT_FALSE(reposts.TakeAddedSinceAsked());  // posted: cleared
+}
+
 TEST(ReceiveRepostsTest, ARefusalIsReturnedAndTheSlotsForgotten) {
   MockVerbs verbs;
   ibv_qp qp{};

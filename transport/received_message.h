@@ -5,7 +5,9 @@
 // no copy. The slot, and the credit the peer spent on it, go back when the
 // view is released (Release() or the destructor), so a receiver that holds
 // views holds back its peer: at most recv_slots - 2 can be held before the
-// peer's Send() waits for credit.
+// peer's Send() waits for credit, fewer by the credits this side has not yet
+// announced (below the credit batch; up to 8 after a ping-pong on the
+// default ring, credits.h).
 //
 //   absl::StatusOr<ReceivedMessage> message =
 //       connection->ReceiveBorrowed(DeadlineIn(1s));

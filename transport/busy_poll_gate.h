@@ -26,6 +26,16 @@
 //    interval stays at the base and every service turn yields (contended()),
 //    as every one did before the gate. On a CPU nobody else wants a turn
 //    does not yield: sched_yield would be one more system call for nothing.
+//  - A yield that comes back within kQuickYieldCycles (Yielded()) ran
+//    nobody: no thread of this CPU's run queue wanted it, so whatever took
+//    the CPU away (a hypervisor running another vCPU, an interrupt, a
+//    kernel worker that has finished) is not helped by yielding, and the
+//    spell ends at once. A peer spinning on the same CPU takes its slice
+//    (a millisecond or more) when yielded to, so a real contention keeps
+//    the spell. Over rxe under qemu TCG the vCPUs lost the CPU often
+//    enough to keep every turn yielding: 0.6-0.8 yields and as many fd
+//    polls a round trip on each side, where ib_send_lat makes none
+//    (docs/performance.md, issue 12).
 //  - Without a cycle counter (cycles == 0) every look is a service turn.
 //
 // A value type for one waiting thread at a time; the Connection keeps one
@@ -36,7 +46,10 @@
 //     const uint64_t cycles = CycleCount();
 //     if (gate.Due(cycles, deadline)) {
 //       const Deadline now = env.Now();
-//       bool found = ServiceAndPoll(now);
+//       const bool yield = gate.contended(cycles);
+//       const uint64_t start = CycleCount();
+//       bool found = ServiceAndPoll(now, yield);
+//       if (yield && !found) gate.Yielded(CycleCount() - start);
 //       gate.Serviced(cycles, now, std::min(deadline, next_timer), found);
 //     }
 //   }
@@ -68,6 +81,9 @@ class BusyPollGate {
   static constexpr uint64_t kMaxCycles = uint64_t{1} << 23;
   static constexpr uint64_t kAwayCycles = uint64_t{1} << 21;
   static constexpr uint64_t kContendedCycles = uint64_t{1} << 26;
+  // About 26 us at 2.5 GHz: a poll and a yield that ran nobody take 1 us
+  // on hardware, 4-5 us in a qemu TCG guest (2 us a system call).
+  static constexpr uint64_t kQuickYieldCycles = uint64_t{1} << 16;
   static constexpr std::chrono::microseconds kCalibrationSpan{500};
 
   // Whether the service turn is due at `cycles` (CycleCount() now) for a
@@ -112,6 +128,14 @@ class BusyPollGate {
                  : interval_;
     }
     next_ = cycles + step;
+  }
+
+  // Records that a service turn's yield (with its fd poll) took `cycles`:
+  // if that was quick, nobody else wanted the CPU, and the contended spell
+  // ends (the interval may grow again from this turn's Serviced() on).
+  // Call before Serviced().
+  void Yielded(uint64_t cycles) {
+    if (cycles < kQuickYieldCycles) contended_until_ = last_look_;
   }
 
   // Whether the thread was descheduled within the last kContendedCycles

@@ -43,6 +43,9 @@ class SpinningThread {
       if (gate_.Due(cycles(), deadline)) {
         turns.push_back(
             std::chrono::duration_cast<microseconds>(now_ - Deadline{}));
+        if (yield_cycles_ > 0 && !found_ && gate_.contended(cycles())) {
+          gate_.Yielded(yield_cycles_);
+        }
         gate_.Serviced(cycles(), now_, std::min(deadline, timer), found_);
       }
     }
@@ -50,12 +53,15 @@ class SpinningThread {
   }
   void Skip(Clock::duration away) { now_ += away; }
   void set_found(bool found) { found_ = found; }
+  // A turn that yields reports it took `cycles` (0: not reported).
+  void set_yield_cycles(uint64_t cycles) { yield_cycles_ = cycles; }
 
  private:
   static constexpr uint64_t kStart = uint64_t{1} << 40;
   BusyPollGate& gate_;
   Deadline now_ = Deadline{} + std::chrono::seconds(100);
   bool found_ = false;
+  uint64_t yield_cycles_ = 0;
 };
 
 TEST(BusyPollGateTest, WithoutACycleCounterEveryLookIsAServiceTurn) {
@@ -192,6 +198,39 @@ TEST(BusyPollGateTest, AContendedCpuIsYieldedEveryBaseIntervalForAWhile) {
   thread.Spin(milliseconds(60), kNoDeadline);
   EXPECT_FALSE(gate.contended(thread.cycles()));
   EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+}
+
+// The vCPU lost its CPU to the hypervisor, say: the first turn yields,
+// the yield comes straight back (nobody else wanted this CPU), and the
+// turns spread out again at once instead of yielding every base interval.
+TEST(BusyPollGateTest, AYieldThatRanNobodyEndsTheContendedSpell) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  thread.Skip(milliseconds(2));  // away
+  thread.set_yield_cycles(BusyPollGate::kQuickYieldCycles / 4);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(20), kNoDeadline);
+  EXPECT_FALSE(gate.contended(thread.cycles()));
+  // 0.2 + 0.4 + 0.8 + 1.7 + 3.4 ms ...: about 9 turns in 20 ms, where a
+  // contended spell takes about 95.
+  EXPECT_LE(turns.size(), 12u);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+}
+
+// A peer spinning on the same CPU runs its slice when yielded to: the
+// yield takes long, and the spell goes on.
+TEST(BusyPollGateTest, AYieldThatRanAnotherThreadKeepsTheSpell) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  thread.Skip(milliseconds(2));
+  thread.set_yield_cycles(BusyPollGate::kQuickYieldCycles);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(20), kNoDeadline);
+  EXPECT_TRUE(gate.contended(thread.cycles()));
+  EXPECT_GE(turns.size(), 90u);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
 }
 
 TEST(BusyPollGateTest, ACounterAtAnImplausibleRateIsNotPlannedBy) {

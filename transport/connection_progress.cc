@@ -288,13 +288,23 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
   ++env_waiters_;
   ++wake_interest_;
   lock.unlock();
+  // A yield is timed (two counter reads): one that ran nobody ends the
+  // contended spell (busy_poll_gate.h, Yielded).
+  const uint64_t wait_start = kind == WaitKind::kSpin ? CycleCount() : 0;
   const int ready =
       env_.Wait(token, {fds, static_cast<size_t>(count)}, wake, kind);
+  const uint64_t wait_cycles =
+      kind == WaitKind::kSpin ? CycleCount() - wait_start : 0;
   lock.lock();
   --env_waiters_;
   --wake_interest_;
   if (!busy) event_waiter_ = false;
-  if (busy) service_gate_.Serviced(cycles, now, wake, ready > 0);
+  if (busy) {
+    if (kind == WaitKind::kSpin && ready == 0 && cycles != 0) {
+      service_gate_.Yielded(wait_cycles);
+    }
+    service_gate_.Serviced(cycles, now, wake, ready > 0);
+  }
   auto readable = [&](int index) {
     return ready > 0 && index >= 0 && fds[index].revents != 0;
   };

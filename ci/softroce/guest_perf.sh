@@ -35,7 +35,8 @@
 #     each size's zero-copy run, the same run with another rdma_pingpong
 #     binary (on PATH: run_perf.sh --variant copies it in) and environment,
 #     both sides; tool rdma_pingpong_<name>_zero_copy in perf_latency.csv,
-#     so that builds are compared within one run.
+#     so that builds are compared within one run; with PERF_STRACE=1 each
+#     is counted too, copying (column "<name>, copy").
 #   PERF_LATENCY=0 leaves the latency part out, PERF_BW=0 the bandwidth.
 #   profile, with PERF_PROFILE=1: ib_send_lat and rdma_pingpong --inline=off
 #     --zero_copy at PERF_PROFILE_SIZE (64) B, PERF_PROFILE_ITERATIONS
@@ -343,9 +344,13 @@ ours_bw() { # repeat, op (send|send_zero_copy|send_zero_copy_blocking|write|writ
 # --- System calls per round trip (PERF_STRACE=1) ------------------------------
 # One traced pair: both sides under strace -c -f, its summary in
 # $raw/<name>-{client,server}.strace, each syscall's count in $strace_csv.
-strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), size, round trips
-  local tool=$1 size=$2 n=$3 name="ib_send_lat-strace-$2B-n$3" side
-  if [[ "$tool" != ib_send_lat ]]; then name="rdma_pingpong-strace-${tool#rdma_pingpong_}-$2B-n$3"; fi
+strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy|variant:NAME, copying), size, round trips
+  local tool=$1 size=$2 n=$3 name="ib_send_lat-strace-$2B-n$3" side pair=rdma_pingpong
+  if [[ "$tool" == variant:* ]]; then
+    name="rdma_pingpong-strace-${tool#variant:}-$2B-n$3" pair=$tool
+  elif [[ "$tool" != ib_send_lat ]]; then
+    name="rdma_pingpong-strace-${tool#rdma_pingpong_}-$2B-n$3"
+  fi
   # Traced start-up is slower: longer limits for this pair (run_pair reads them).
   local step_timeout=$strace_timeout listen_tries=600
   local trace=(strace -c -f -o)
@@ -364,7 +369,7 @@ strace_run() { # tool (ib_send_lat|rdma_pingpong_copy|rdma_pingpong_zero_copy), 
     # each wait's system calls stop for strace.
     local flags=(--inline=off --timeout="$strace_timeout")
     if [[ "$tool" == *zero_copy ]]; then flags+=(--zero_copy); fi
-    lat_pair "$name" rdma_pingpong "$size" "$n" "${flags[@]}" -- --warmup=0 || return 0
+    lat_pair "$name" "$pair" "$size" "$n" "${flags[@]}" -- --warmup=0 || return 0
   fi
   # strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall", then
   # a "total" line; perf stat -x,: "<count>,,raw_syscalls:sys_enter,...", all
@@ -544,7 +549,9 @@ events_summary() {
 strace_summary() {
   local counter='strace -c -f'
   if [[ "$syscall_counter" == perf ]]; then counter='perf stat -e raw_syscalls:sys_enter'; fi
-  awk -F, -v counts="${strace_counts[*]}" -v counter="$counter" '
+  local variant names=''
+  for variant in ${variants[@]+"${variants[@]}"}; do names+=" ${variant%%:*}"; done
+  awk -F, -v counts="${strace_counts[*]}" -v counter="$counter" -v variants="$names" '
     function isort(a, n,   i, j, t) {
       for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
     }
@@ -564,31 +571,33 @@ strace_summary() {
       m = split(counts, k, " "); lo = k[1] + 0; hi = k[1] + 0
       for (i = 2; i <= m; i++) { if (k[i] + 0 < lo) lo = k[i] + 0; if (k[i] + 0 > hi) hi = k[i] + 0 }
       if (hi == lo) { print "strace: PERF_STRACE_ITERATIONS needs two different counts"; exit }
-      split("ib_send_lat rdma_pingpong_copy rdma_pingpong_zero_copy", tools, " ")
+      nt = split("ib_send_lat rdma_pingpong_copy rdma_pingpong_zero_copy", tools, " ")
       split("ib_send_lat|ours, copy|ours, zero copy", titles, "|")
+      nv = split(variants, vs, " ")
+      for (v = 1; v <= nv; v++) { tools[++nt] = "variant:" vs[v]; titles[nt] = vs[v] ", copy" }
       isort(sizes, ns); isort(names, nn)
       for (i = 1; i <= ns; i++) {
         s = sizes[i]
         printf "System calls per round trip at %d B, inline off (%s on both sides):\n", s, counter
         printf "(calls at %d round trips - calls at %d) / %d; n/a: a traced run failed or did not run\n", hi, lo, hi - lo
         printf "%-18s", ""
-        for (j = 1; j <= 3; j++) printf " | %-29s", titles[j]
+        for (j = 1; j <= nt; j++) printf " | %-29s", titles[j]
         printf "\n%-18s", "syscall"
-        for (j = 1; j <= 3; j++) printf " | %9s %9s %9s", "client", "server", "both"
+        for (j = 1; j <= nt; j++) printf " | %9s %9s %9s", "client", "server", "both"
         printf "\n"
         for (q = 1; q <= nn; q++) {
           shown = 0
-          for (j = 1; j <= 3; j++) { v = per(tools[j], s, "both", names[q]); if (v != "n/a" && v != "0.00" && v != "-0.00") shown = 1 }
+          for (j = 1; j <= nt; j++) { v = per(tools[j], s, "both", names[q]); if (v != "n/a" && v != "0.00" && v != "-0.00") shown = 1 }
           if (!shown) continue
           printf "%-18s", names[q]
-          for (j = 1; j <= 3; j++)
+          for (j = 1; j <= nt; j++)
             printf " | %9s %9s %9s", per(tools[j], s, "client", names[q]), per(tools[j], s, "server", names[q]), per(tools[j], s, "both", names[q])
           printf "\n"
         }
         printf "%-18s", "total"
-        for (j = 1; j <= 3; j++) printf " | %9s %9s %9s", per(tools[j], s, "client", ""), per(tools[j], s, "server", ""), per(tools[j], s, "both", "")
+        for (j = 1; j <= nt; j++) printf " | %9s %9s %9s", per(tools[j], s, "client", ""), per(tools[j], s, "server", ""), per(tools[j], s, "both", "")
         printf "\n"
-        for (j = 1; j <= 3; j++) {
+        for (j = 1; j <= nt; j++) {
           if (!((tools[j], s, lo) in ran)) continue
           printf "  %s, all calls of client + server: %d at %d round trips, %d at %d\n", titles[j],
             t[tools[j], s, lo, "client"] + t[tools[j], s, lo, "server"], lo,
@@ -670,6 +679,7 @@ if ((strace_mode)); then
         strace_run ib_send_lat "$size" "$n"
         strace_run rdma_pingpong_copy "$size" "$n"
         if ((zero_copy)); then strace_run rdma_pingpong_zero_copy "$size" "$n"; fi
+        for variant in ${variants[@]+"${variants[@]}"}; do strace_run "variant:${variant%%:*}" "$size" "$n"; done
       done
     done
     strace_summary | tee "$strace_table"

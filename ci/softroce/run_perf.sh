@@ -15,7 +15,7 @@
 #                           [--syscalls-by strace|perf]
 #                           [--profile] [--profile-only] [--events] [--events-only]
 #                           [--variant NAME=BINARY[:VAR=value,...]]...
-#                           [--update-docs]
+#                           [--kernel-args "tsc=reliable"] [--update-docs]
 #
 # DIR (default .cache/softroce-perf in the checkout) receives
 # perf_latency.csv, perf_bw.csv, perf_summary.txt, perf_bw_table.md (the
@@ -49,7 +49,10 @@
 # variant, side by side in perf_events_table.txt), --events-only that
 # alone. --variant (repeatable) runs another rdma_pingpong build, with its
 # own environment, after each zero-copy latency run (tool
-# rdma_pingpong_NAME_zero_copy in perf_latency.csv). --update-docs puts perf_bw_table.md and the load into
+# rdma_pingpong_NAME_zero_copy in perf_latency.csv), and in the system-call
+# count beside ours, copying. --kernel-args ARGS adds to the guest kernel's
+# command line (run_vm.sh: "tsc=reliable" keeps the guest's clocksource on
+# the TSC for the whole run, so that clock reads stay out of the counts). --update-docs puts perf_bw_table.md and the load into
 # docs/performance.md between its rxe-bw-table markers (perf_docs_table.sh),
 # so the table there is this run's, not typed in. With several
 # $SOFTROCE_KERNELS the first kernel's files are copied to DIR, the others
@@ -100,6 +103,7 @@ while (($#)); do
     --profile-only) envs+=(--env "PERF_PROFILE=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
     --events) envs+=(--env "PERF_EVENTS=1"); shift ;;
     --events-only) envs+=(--env "PERF_EVENTS=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
+    --kernel-args) export SOFTROCE_KERNEL_ARGS=${2:?}; shift 2 ;;
     --update-docs) update_docs=1; shift ;;
     -h|--help) sed -n "2,$(grep -m1 -n 'SOFTROCE_TIMEOUT bounds the VM' "$0" | cut -d: -f1)p" "$0"; exit 0 ;;
     *) echo "run_perf: unknown argument: $1 (see --help)" >&2; exit 93 ;;

@@ -11,6 +11,10 @@
 #       [--memory MB] [--smp N]   VM size (default 1024 MB, 2 CPUs)
 #       [--kernel-dir DIR]        a fetch_kernel.sh cache entry (default: fetch it)
 #
+# $SOFTROCE_KERNEL_ARGS, if set, is added to the guest kernel's command line
+# (run_perf.sh --kernel-args: "tsc=reliable" keeps the guest on the TSC
+# clocksource, which TCG's timing otherwise gets marked unstable mid-run).
+#
 # The guest script runs as root in /artifacts with the topology helpers in
 # $SOFTROCE_DIR (see guest_topology.sh). The console streams to stdout and to
 # DIR/vm-console.log, the runner's own lines to DIR/run_vm.log; whatever the
@@ -130,7 +134,7 @@ qemu_args=(
   -name softroce -machine q35 -accel tcg,thread=multi -cpu max -smp "$smp" -m "$memory"
   -nic none -display none -vga none -monitor none -serial stdio -no-reboot
   -kernel "$kernel_dir/vmlinux" -initrd "$work/initramfs.cpio"
-  -append "console=ttyS0 panic=-1 quiet"
+  -append "console=ttyS0 panic=-1 quiet${SOFTROCE_KERNEL_ARGS:+ $SOFTROCE_KERNEL_ARGS}"
   -drive "file=$work/artifacts.img,format=raw,if=virtio,cache=unsafe"
 )
 log "booting $(basename "$kernel_dir") (run $run_id, timeout ${timeout}s); console -> $console"

@@ -30,11 +30,15 @@
 //    nobody: no thread of this CPU's run queue wanted it, so whatever took
 //    the CPU away (a hypervisor running another vCPU, an interrupt, a
 //    kernel worker that has finished) is not helped by yielding, and the
-//    spell ends at once. A peer spinning on the same CPU takes its slice
-//    (a millisecond or more) when yielded to, so a real contention keeps
-//    the spell. Over rxe under qemu TCG the vCPUs lost the CPU often
-//    enough to keep every turn yielding: 0.6-0.8 yields and as many fd
-//    polls a round trip on each side, where ib_send_lat makes none
+//    spell ends at once; and for the next kContendedCycles a gap starts
+//    none (no turn at once, no fall back to the base interval: the
+//    deadline and the timers are planned on the counter, which went on
+//    counting). A peer spinning on the same CPU takes its slice (a
+//    millisecond or more) when yielded to, so a real contention keeps the
+//    spell; one that begins within those ~25 ms of a quick yield is met at
+//    the first gap after them. Over rxe under qemu TCG the vCPUs lost the
+//    CPU often enough to keep every turn yielding: 0.6-0.8 yields and as
+//    many fd polls a round trip on each side, where ib_send_lat makes none
 //    (docs/performance.md, issue 12).
 //  - Without a cycle counter (cycles == 0) every look is a service turn.
 //
@@ -95,7 +99,7 @@ class BusyPollGate {
     const bool first = last_look_ == 0;
     last_look_ = cycles;
     if (first) return true;
-    if (gap > kAwayCycles) {
+    if (gap > kAwayCycles && static_cast<int64_t>(cycles - quiet_until_) >= 0) {
       interval_ = kBaseCycles;
       contended_until_ = cycles + kContendedCycles;
       return true;
@@ -131,11 +135,13 @@ class BusyPollGate {
   }
 
   // Records that a service turn's yield (with its fd poll) took `cycles`:
-  // if that was quick, nobody else wanted the CPU, and the contended spell
-  // ends (the interval may grow again from this turn's Serviced() on).
-  // Call before Serviced().
+  // if that was quick, nobody else wanted the CPU: the contended spell ends
+  // (the interval may grow again from this turn's Serviced() on) and gaps
+  // start none for kContendedCycles. Call before Serviced().
   void Yielded(uint64_t cycles) {
-    if (cycles < kQuickYieldCycles) contended_until_ = last_look_;
+    if (cycles >= kQuickYieldCycles) return;
+    contended_until_ = last_look_;
+    quiet_until_ = last_look_ + kContendedCycles;
   }
 
   // Whether the thread was descheduled within the last kContendedCycles
@@ -185,6 +191,7 @@ class BusyPollGate {
   uint64_t next_ = 0;       // cycles at which the next turn is due
   uint64_t interval_ = kBaseCycles;
   uint64_t contended_until_ = 0;   // cycles: yield until then
+  uint64_t quiet_until_ = 0;       // cycles: a gap starts no spell until then
   Deadline deadline_{};            // the deadline of the last Due()
   bool deadline_planned_ = false;  // deadline_cycles_ holds it
   uint64_t deadline_cycles_ = 0;

@@ -216,21 +216,49 @@ TEST(BusyPollGateTest, AYieldThatRanNobodyEndsTheContendedSpell) {
   // contended spell takes about 95.
   EXPECT_LE(turns.size(), 12u);
   EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+  // Away again within ~27 ms of that yield: no turn at once, no spell.
+  thread.Skip(milliseconds(2));
+  const std::vector<microseconds> after_gap =
+      thread.Spin(microseconds(500), kNoDeadline);
+  EXPECT_TRUE(after_gap.empty());
+  EXPECT_FALSE(gate.contended(thread.cycles()));
+  EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+  // Later, a gap serves at once and yields again: the CPU may be wanted
+  // by then.
+  thread.Spin(milliseconds(30), kNoDeadline);
+  thread.Skip(milliseconds(2));
+  thread.set_yield_cycles(0);  // not reported: the spell goes on
+  const std::vector<microseconds> later =
+      thread.Spin(microseconds(10), kNoDeadline);
+  EXPECT_EQ(later.size(), 1u);
+  EXPECT_TRUE(gate.contended(thread.cycles()));
 }
 
-// A peer spinning on the same CPU runs its slice when yielded to: the
-// yield takes long, and the spell goes on.
-TEST(BusyPollGateTest, AYieldThatRanAnotherThreadKeepsTheSpell) {
-  BusyPollGate gate;
-  SpinningThread thread(gate);
-  thread.Spin(milliseconds(50), kNoDeadline);
-  thread.Skip(milliseconds(2));
-  thread.set_yield_cycles(BusyPollGate::kQuickYieldCycles);
-  const std::vector<microseconds> turns =
-      thread.Spin(milliseconds(20), kNoDeadline);
-  EXPECT_TRUE(gate.contended(thread.cycles()));
-  EXPECT_GE(turns.size(), 90u);
-  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
+// Away with no spell to start (a quick yield shortly before) and the
+// interval at its maximum: a deadline planned on the counter is still seen
+// at the first look after it, where the same gate without one takes no
+// turn.
+TEST(BusyPollGateTest, AQuietGapStillSeesTheDeadline) {
+  auto run = [](bool with_deadline) {
+    BusyPollGate gate;
+    SpinningThread thread(gate);
+    thread.Spin(milliseconds(50), kNoDeadline);
+    thread.Skip(milliseconds(2));
+    thread.set_yield_cycles(BusyPollGate::kQuickYieldCycles / 4);
+    thread.Spin(milliseconds(10), kNoDeadline);  // the quick yield, growth
+    EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+    // Just after a turn: the next is ~3.4 ms away.
+    for (int i = 0;
+         i < 1000 && thread.Spin(microseconds(10), kNoDeadline).empty(); ++i) {
+    }
+    const Deadline deadline =
+        with_deadline ? thread.now() + milliseconds(1) : kNoDeadline;
+    EXPECT_TRUE(thread.Spin(microseconds(10), deadline).empty());  // planned
+    thread.Skip(milliseconds(1));  // away (over kAwayCycles) past it
+    return thread.Spin(microseconds(10), deadline).size();
+  };
+  EXPECT_EQ(run(true), 1u);
+  EXPECT_EQ(run(false), 0u);
 }
 
 TEST(BusyPollGateTest, ACounterAtAnImplausibleRateIsNotPlannedBy) {

@@ -261,6 +261,25 @@ TEST(BusyPollGateTest, AQuietGapStillSeesTheDeadline) {
   EXPECT_EQ(run(false), 0u);
 }
 
+// A peer on the same CPU runs when yielded to: the yield takes long
+// (here 2^16 cycles, the first that counts as slow), and the spell goes on:
+// turns every base interval, each contended.
+TEST(BusyPollGateTest, AYieldThatRanAnotherThreadKeepsTheSpell) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  thread.Skip(milliseconds(2));
+  thread.set_yield_cycles(BusyPollGate::kQuickYieldCycles);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(20), kNoDeadline);
+  EXPECT_TRUE(gate.contended(thread.cycles()));
+  EXPECT_GE(turns.size(), 90u);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
+  // And a gap after it starts a spell at once: no quiet window was opened.
+  thread.Skip(milliseconds(2));
+  EXPECT_EQ(thread.Spin(microseconds(10), kNoDeadline).size(), 1u);
+}
+
 TEST(BusyPollGateTest, ACounterAtAnImplausibleRateIsNotPlannedBy) {
   BusyPollGate gate;
   // The counter runs at 1,000 GHz: every look is "away", so every look

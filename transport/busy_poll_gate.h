@@ -26,8 +26,8 @@
 //    interval stays at the base and every service turn yields (contended()),
 //    as every one did before the gate. On a CPU nobody else wants a turn
 //    does not yield: sched_yield would be one more system call for nothing.
-//  - A yield that comes back within kQuickYieldCycles (Yielded()) ran
-//    nobody: no thread of this CPU's run queue wanted it, so whatever took
+//  - A yield that gave the CPU away for less than kQuickYieldCycles
+//    (Yielded()) is taken to have run nobody who needed it, so whatever took
 //    the CPU away (a hypervisor running another vCPU, an interrupt, a
 //    kernel worker that has finished) is not helped by yielding, and the
 //    spell ends at once; and for the next kContendedCycles a gap starts
@@ -51,9 +51,12 @@
 //     if (gate.Due(cycles, deadline)) {
 //       const Deadline now = env.Now();
 //       const bool yield = gate.contended(cycles);
-//       const uint64_t start = CycleCount();
-//       bool found = ServiceAndPoll(now, yield);
-//       if (yield && !found) gate.Yielded(CycleCount() - start);
+//       bool found = Service(now);
+//       if (yield) {
+//         const uint64_t start = CycleCount();  // the wait alone is timed
+//         found |= PollFdsAndYield();
+//         if (!found) gate.Yielded(CycleCount() - start);
+//       }
 //       gate.Serviced(cycles, now, std::min(deadline, next_timer), found);
 //     }
 //   }
@@ -145,8 +148,9 @@ class BusyPollGate {
   }
 
   // Whether the thread was descheduled within the last kContendedCycles
-  // before `cycles`: a service turn then yields the CPU. Without a counter
-  // (0), always.
+  // before `cycles` (outside the quiet window of a quick yield) and no
+  // yield since came back quickly: a service turn then yields the CPU.
+  // Without a counter (0), always.
   bool contended(uint64_t cycles) const {
     return cycles == 0 || static_cast<int64_t>(contended_until_ - cycles) > 0;
   }

@@ -52,6 +52,13 @@ class SpinningThread {
     return turns;
   }
   void Skip(Clock::duration away) { now_ += away; }
+  // Spins until the turns have spread to the maximum, is away for 2 ms
+  // (a spell is due), and from then on reports yields of `yield_cycles`.
+  void SettleThenGoAway(uint64_t yield_cycles) {
+    Spin(std::chrono::milliseconds(50), kNoDeadline);
+    Skip(std::chrono::milliseconds(2));
+    yield_cycles_ = yield_cycles;
+  }
   void set_found(bool found) { found_ = found; }
   // A turn that yields reports it took `cycles` (0: not reported).
   void set_yield_cycles(uint64_t cycles) { yield_cycles_ = cycles; }
@@ -206,9 +213,7 @@ TEST(BusyPollGateTest, AContendedCpuIsYieldedEveryBaseIntervalForAWhile) {
 TEST(BusyPollGateTest, AYieldThatRanNobodyEndsTheContendedSpell) {
   BusyPollGate gate;
   SpinningThread thread(gate);
-  thread.Spin(milliseconds(50), kNoDeadline);
-  thread.Skip(milliseconds(2));  // away
-  thread.set_yield_cycles(BusyPollGate::kQuickYieldCycles / 4);
+  thread.SettleThenGoAway(BusyPollGate::kQuickYieldCycles / 4);
   const std::vector<microseconds> turns =
       thread.Spin(milliseconds(20), kNoDeadline);
   EXPECT_FALSE(gate.contended(thread.cycles()));
@@ -242,9 +247,7 @@ TEST(BusyPollGateTest, AQuietGapStillSeesTheDeadline) {
   auto run = [](bool with_deadline) {
     BusyPollGate gate;
     SpinningThread thread(gate);
-    thread.Spin(milliseconds(50), kNoDeadline);
-    thread.Skip(milliseconds(2));
-    thread.set_yield_cycles(BusyPollGate::kQuickYieldCycles / 4);
+    thread.SettleThenGoAway(BusyPollGate::kQuickYieldCycles / 4);
     thread.Spin(milliseconds(10), kNoDeadline);  // the quick yield, growth
     EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
     // Just after a turn: the next is ~3.4 ms away.
@@ -267,9 +270,7 @@ TEST(BusyPollGateTest, AQuietGapStillSeesTheDeadline) {
 TEST(BusyPollGateTest, AYieldThatRanAnotherThreadKeepsTheSpell) {
   BusyPollGate gate;
   SpinningThread thread(gate);
-  thread.Spin(milliseconds(50), kNoDeadline);
-  thread.Skip(milliseconds(2));
-  thread.set_yield_cycles(BusyPollGate::kQuickYieldCycles);
+  thread.SettleThenGoAway(BusyPollGate::kQuickYieldCycles);
   const std::vector<microseconds> turns =
       thread.Spin(milliseconds(20), kNoDeadline);
   EXPECT_TRUE(gate.contended(thread.cycles()));

@@ -290,19 +290,17 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
   lock.unlock();
   // A yield is timed (two counter reads): one that ran nobody ends the
   // contended spell (busy_poll_gate.h, Yielded).
-  const uint64_t wait_start = kind == WaitKind::kSpin ? CycleCount() : 0;
+  const bool timed = kind == WaitKind::kSpin && cycles != 0;
+  const uint64_t wait_start = timed ? CycleCount() : 0;
   const int ready =
       env_.Wait(token, {fds, static_cast<size_t>(count)}, wake, kind);
-  const uint64_t wait_cycles =
-      kind == WaitKind::kSpin ? CycleCount() - wait_start : 0;
+  const uint64_t wait_cycles = timed ? CycleCount() - wait_start : 0;
   lock.lock();
   --env_waiters_;
   --wake_interest_;
   if (!busy) event_waiter_ = false;
   if (busy) {
-    if (kind == WaitKind::kSpin && ready == 0 && cycles != 0) {
-      service_gate_.Yielded(wait_cycles);
-    }
+    if (timed && ready == 0) service_gate_.Yielded(wait_cycles);
     service_gate_.Serviced(cycles, now, wake, ready > 0);
   }
   auto readable = [&](int index) {

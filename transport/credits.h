@@ -68,9 +68,8 @@ class OwedCredits {
 
   uint32_t owed() const { return owed_; }
   void Add(uint32_t credits = 1) { owed_ += credits; }
-  // True when enough are owed to be worth a message of their own.
-  bool WorthAMessage() const { return WorthAMessageWith(0); }
-  // The same once `more` receives still to be reposted are owed too.
+  // True when enough are owed, once `more` receives still to be reposted
+  // are owed too, to be worth a message of their own.
   bool WorthAMessageWith(uint32_t more) const { return owed_ + more >= batch_; }
   // True when `reposts` receives may be posted after the next message
   // instead of before it, their credits owed until the message after: that
@@ -89,7 +88,8 @@ class OwedCredits {
   // peer holds up to that many fewer); what the peer has not been told
   // still stays below the batch: the message that let them follow took
   // every credit owed, and the receives that join them are posted, with
-  // their credits, once owed and held reach the batch.
+  // their credits, once owed and held reach the batch (a credit message's
+  // slot, owed the moment it arrives, counts with them too).
   bool RepostsMayGather(uint32_t reposts) const {
     return reposts < repost_gather_;
   }

@@ -233,6 +233,50 @@ TEST_F(MessagePathTest, ASideThatStopsReceivingPostsWhatItGathered) {
   EXPECT_EQ(server_->stats().credit_messages_sent, 0u);
 }
 
+// A credit message's own slot is owed at once, beside reposts still
+// gathering: once the two reach the credit batch, they go back in a credit
+// message of their own, though neither alone would. On a ring of 10 with a
+// batch of 8 (so data needs the peer to hold 3 of 10 credits): the client
+// sends 8 (2 credits left), the server 7 (3 left); the client takes the 7
+// (held: 7 < 8), the server the 8 (posted, a credit message: 2 left). The
+// client sees the credit message (owed 1 + held 7) while it waits for data
+// the server cannot send without credit: unless those 8 go back, each side
+// waits for the other.
+TEST_F(MessagePathTest, ACreditMessageSlotAndHeldRepostsReachTheBatch) {
+  ConnectionOptions options;
+  options.recv_slots = 10;
+  options.credit_batch = 8;
+  ASSERT_NO_FATAL_FAILURE(Connect(options));
+  const Deadline deadline = fabric_.env().DeadlineIn(std::chrono::seconds(1));
+  std::vector<std::byte> message(64, std::byte{5});
+  std::vector<std::byte> buffer(64);
+  for (int i = 0; i < 8; ++i) {
+    absl::Status sent = client_->Send(message, deadline);
+    ASSERT_TRUE(sent.ok()) << i << ": " << sent;
+  }
+  for (int i = 0; i < 7; ++i) {
+    absl::Status sent = server_->Send(message, deadline);
+    ASSERT_TRUE(sent.ok()) << i << ": " << sent;
+  }
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(client_->Receive(buffer, deadline).ok()) << i;
+  }
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(server_->Receive(buffer, deadline).ok()) << i;
+  }
+  EXPECT_EQ(server_->stats().credit_messages_sent, 1u);
+  ASSERT_EQ(server_->stats().send_credits, 2u);
+  // The client finds the credit message and nothing to receive.
+  const absl::StatusOr<size_t> none = client_->Receive(
+      buffer, fabric_.env().DeadlineIn(std::chrono::milliseconds(1)));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(none.status())) << none.status();
+  EXPECT_EQ(client_->stats().credit_messages_sent, 1u);
+  const absl::Status sent = server_->Send(message, deadline);
+  ASSERT_TRUE(sent.ok()) << sent << " (the server holds "
+                         << server_->stats().send_credits << " credits)";
+  ASSERT_TRUE(client_->Receive(buffer, deadline).ok());
+}
+
 // The smallest ring: the repost first; the echo carries its credit.
 TEST_F(MessagePathTest, OnTheSmallestRingTheRepostGoesFirst) {
   ConnectionOptions options;

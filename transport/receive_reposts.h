@@ -12,9 +12,10 @@
 // receive).
 // The peer may use a slot only once it holds its credit; a slot waiting here
 // delays that credit (the peer's Send() may wait for credit that much
-// sooner), as an owed credit does, and the two together stay below the
-// credit batch. What waiting saves is a verbs call per message (a doorbell
-// on a NIC, the fabric's lock on the simulator): with the default credit
+// sooner), as an owed credit does, and the two together go back, in a
+// credit message if no data carries them, once they reach the credit batch.
+// What waiting saves is a verbs call per message (a doorbell on a NIC, the
+// fabric's lock on the simulator): with the default credit
 // batch, one PostRecv per 8 messages of a ping-pong and per batch of a
 // one-way stream instead of one each.
 //

@@ -10,9 +10,9 @@
 // The gate runs on the CPU's cycle counter, an instruction:
 //  - A service turn is due `interval` cycles after the last one. The
 //    interval starts at kBaseCycles (about 0.2 ms at 2-3 GHz) and doubles
-//    at each service turn that found nothing (no fd readable), up to
-//    kMaxCycles (about 3 ms): a healthy connection under steady traffic
-//    makes one service turn per hundreds of messages.
+//    at each look at the fds that found nothing readable, up to kMaxCycles
+//    (about 3 ms): a healthy connection under steady traffic makes one
+//    service turn per hundreds of messages.
 //  - It never passes the wait's wake (its deadline or the next timer):
 //    services calibrate cycles against the clock (over at least
 //    kCalibrationSpan), and the next turn comes when the wake is due by the
@@ -21,26 +21,29 @@
 //    look. Until the counter is calibrated the interval stays at the base.
 //  - A gap of more than kAwayCycles between two looks means the thread was
 //    descheduled (the CPU is shared: the peer may be waiting for it) or the
-//    caller was away: the service turn is due at once, and for the next
-//    kContendedCycles (about 25 ms) the CPU counts as contended: the
-//    interval stays at the base and every service turn yields (contended()),
-//    as every one did before the gate. On a CPU nobody else wants a turn
-//    does not yield: sched_yield would be one more system call for nothing.
+//    caller was away: the service turn is due at once, with a look at the
+//    fds, and for the next kContendedCycles (about 25 ms) the CPU counts as
+//    contended: a service turn comes every base interval and yields
+//    (contended()), as every one did before the gate. The fds are looked
+//    at only when their own interval is due (FdsDue()): a yield is one
+//    system call, a yield and a look were two. On a CPU nobody else wants
+//    a turn does not yield: sched_yield would be one more system call for
+//    nothing. A gate for a poller that never yields (the Engine's) keeps
+//    no spells: a gap only makes the turn due at once.
 //  - A yield that gave the CPU away for less than kQuickYieldCycles
 //    (Yielded()) is taken to have run nobody who needed it, so whatever took
-//    the CPU away (a hypervisor running another vCPU, an interrupt, a
-//    kernel worker that has finished) is not helped by yielding, and the
-//    spell ends at once; and for the next kContendedCycles a gap starts
-//    none (no turn at once, no fall back to the base interval: the
-//    deadline and the timers are planned on the counter, which went on
-//    counting). A peer spinning on the same CPU takes its slice (a
+//    the CPU away (a hypervisor running another vCPU, an interrupt) is not
+//    helped by yielding, and the spell ends at once; the next gap starts
+//    one again. A peer spinning on the same CPU takes its slice (a
 //    millisecond or more) when yielded to, so a real contention keeps the
-//    spell; one that begins within those ~25 ms of a quick yield is met at
-//    the first gap after them. Over rxe under qemu TCG the vCPUs lost the
-//    CPU often enough to keep every turn yielding: 0.6-0.8 yields and as
-//    many fd polls a round trip on each side, where ib_send_lat makes none
+//    spell. Over rxe under qemu TCG (a 2-vCPU guest: two pollers and rxe's
+//    kernel workers) 19 of 20 yields switched to another thread, for 0.1-0.4
+//    ms, and the rest came back in 6-50 us; keeping every spell yielding
+//    until the next gap (15a360d: no spell for ~25 ms after a quick yield)
+//    saved 0.25 system calls a round trip and doubled the 99th percentile
 //    (docs/performance.md, issue 12).
-//  - Without a cycle counter (cycles == 0) every look is a service turn.
+//  - Without a cycle counter (cycles == 0) every look is a service turn
+//    that looks at the fds and yields.
 //
 // A value type for one waiting thread at a time; the Connection keeps one
 // under its mutex. No errors: it only answers "now or not yet".
@@ -51,13 +54,13 @@
 //     if (gate.Due(cycles, deadline)) {
 //       const Deadline now = env.Now();
 //       const bool yield = gate.contended(cycles);
+//       const bool look = gate.FdsDue(cycles);
 //       bool found = Service(now);
-//       if (yield) {
-//         const uint64_t start = CycleCount();  // the wait alone is timed
-//         found |= PollFdsAndYield();
-//         if (!found) gate.Yielded(CycleCount() - start);
-//       }
-//       gate.Serviced(cycles, now, std::min(deadline, next_timer), found);
+//       const uint64_t start = CycleCount();  // the wait alone is timed
+//       const int ready = Wait(look ? fds : no_fds, yield);
+//       if (yield && ready == 0) gate.Yielded(cycles, CycleCount() - start);
+//       gate.Serviced(cycles, now, std::min(deadline, next_timer),
+//                     found || ready > 0, look);
 //     }
 //   }
 
@@ -84,12 +87,17 @@ inline uint64_t CycleCount() {
 
 class BusyPollGate {
  public:
+  // `yields`: whether the poller yields in a contended spell (false: the
+  // gate keeps none).
+  explicit BusyPollGate(bool yields = true) : yields_(yields) {}
+
   static constexpr uint64_t kBaseCycles = uint64_t{1} << 19;
   static constexpr uint64_t kMaxCycles = uint64_t{1} << 23;
   static constexpr uint64_t kAwayCycles = uint64_t{1} << 21;
   static constexpr uint64_t kContendedCycles = uint64_t{1} << 26;
-  // About 26 us at 2.5 GHz: a poll and a yield that ran nobody take 1 us
-  // on hardware, 4-5 us in a qemu TCG guest (2 us a system call).
+  // About 26 us at 2.5 GHz: a yield that ran nobody takes under 1 us on
+  // hardware, 6-50 us in a qemu TCG guest; one that ran another thread
+  // there took 0.1-0.4 ms.
   static constexpr uint64_t kQuickYieldCycles = uint64_t{1} << 16;
   static constexpr std::chrono::microseconds kCalibrationSpan{500};
 
@@ -102,9 +110,9 @@ class BusyPollGate {
     const bool first = last_look_ == 0;
     last_look_ = cycles;
     if (first) return true;
-    if (gap > kAwayCycles && static_cast<int64_t>(cycles - quiet_until_) >= 0) {
-      interval_ = kBaseCycles;
-      contended_until_ = cycles + kContendedCycles;
+    if (gap > kAwayCycles) {
+      fds_next_ = cycles;
+      if (yields_) contended_until_ = cycles + kContendedCycles;
       return true;
     }
     if (deadline != deadline_) {
@@ -116,46 +124,64 @@ class BusyPollGate {
             static_cast<int64_t>(cycles - deadline_cycles_) >= 0);
   }
 
+  // Whether the service turn at `cycles` is to look at the fds: always
+  // outside a contended spell (such turns come on the fds' interval),
+  // within one when the fds' interval is due.
+  bool FdsDue(uint64_t cycles) const {
+    return cycles == 0 || !contended(cycles) ||
+           static_cast<int64_t>(cycles - fds_next_) >= 0;
+  }
+
   // Records the service turn taken at `cycles`, whose clock read `now`:
   // `wake` is when the wait must look again (its deadline or the next
-  // timer), `found` whether the turn found anything to do.
-  void Serviced(uint64_t cycles, Deadline now, Deadline wake, bool found) {
+  // timer), `found` whether the turn found anything to do, `looked`
+  // whether it looked at the fds (FdsDue()).
+  void Serviced(uint64_t cycles, Deadline now, Deadline wake, bool found,
+                bool looked = true) {
     if (cycles == 0) return;
     Calibrate(cycles, now);
-    interval_ = found || contended(cycles)
-                    ? kBaseCycles
-                    : std::min(interval_ * 2, kMaxCycles);
-    uint64_t step = kBaseCycles;
+    if (found) {
+      interval_ = kBaseCycles;
+    } else if (looked) {
+      interval_ = std::min(interval_ * 2, kMaxCycles);
+    }
+    if (looked || found) fds_next_ = cycles + interval_;
+    // In a spell every base interval; otherwise when the fds are due (a
+    // spell that ended at this turn leaves them due sooner than interval_).
+    const int64_t fds_in = static_cast<int64_t>(fds_next_ - cycles);
+    uint64_t step = contended(cycles)
+                        ? kBaseCycles
+                        : static_cast<uint64_t>(std::max<int64_t>(fds_in, 0));
     if (cycles_per_ns_ > 0) {
       const double wake_cycles =
           std::chrono::duration<double, std::nano>(wake - now).count() *
           cycles_per_ns_;
-      step = wake_cycles < static_cast<double>(interval_)
-                 ? static_cast<uint64_t>(std::max(0.0, wake_cycles))
-                 : interval_;
+      if (wake_cycles < static_cast<double>(step)) {
+        step = static_cast<uint64_t>(std::max(0.0, wake_cycles));
+      }
+    } else {
+      step = kBaseCycles;
     }
     next_ = cycles + step;
   }
 
-  // Records that a service turn's yield (with its fd poll) took `cycles`:
-  // if that was quick, nobody else wanted the CPU: the contended spell ends
-  // (the interval may grow again from this turn's Serviced() on) and gaps
-  // start none for kContendedCycles. Call before Serviced().
-  void Yielded(uint64_t cycles) {
-    if (cycles >= kQuickYieldCycles) return;
-    contended_until_ = last_look_;
-    quiet_until_ = last_look_ + kContendedCycles;
+  // Records that the yield of the service turn taken at `turn` (its Due()
+  // cycles) took `took` cycles: if that was quick, nobody else wanted the
+  // CPU, and the contended spell ends (turns come on the fds' interval
+  // again from this turn's Serviced() on). Call before Serviced().
+  void Yielded(uint64_t turn, uint64_t took) {
+    if (took < kQuickYieldCycles) contended_until_ = turn;
   }
 
   // Whether the thread was descheduled within the last kContendedCycles
-  // before `cycles` (outside the quiet window of a quick yield) and no
-  // yield since came back quickly: a service turn then yields the CPU.
-  // Without a counter (0), always.
+  // before `cycles` and no yield since came back quickly: a service turn
+  // then yields the CPU. Without a counter (0), always.
   bool contended(uint64_t cycles) const {
     return cycles == 0 || static_cast<int64_t>(contended_until_ - cycles) > 0;
   }
 
-  // Cycles until the next service turn (for tests and statistics).
+  // The fds' interval: cycles from one look at them to the next outside a
+  // contended spell (for tests and statistics).
   uint64_t interval() const { return interval_; }
   bool calibrated() const { return cycles_per_ns_ > 0; }
 
@@ -191,11 +217,12 @@ class BusyPollGate {
     return true;
   }
 
+  bool yields_;
   uint64_t last_look_ = 0;  // cycles at the previous Due()
   uint64_t next_ = 0;       // cycles at which the next turn is due
   uint64_t interval_ = kBaseCycles;
+  uint64_t fds_next_ = 0;          // cycles at which the fds are due a look
   uint64_t contended_until_ = 0;   // cycles: yield until then
-  uint64_t quiet_until_ = 0;       // cycles: a gap starts no spell until then
   Deadline deadline_{};            // the deadline of the last Due()
   bool deadline_planned_ = false;  // deadline_cycles_ holds it
   uint64_t deadline_cycles_ = 0;

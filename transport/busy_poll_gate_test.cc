@@ -32,25 +32,37 @@ class SpinningThread {
 
   // Looks every `look` until `span` has passed; returns the times (since
   // the start) of the service turns taken, for a wait whose deadline is
-  // `deadline` on a connection whose next timer is `timer`.
+  // `deadline` on a connection whose next timer is `timer`. A turn yields
+  // when contended and looks at the fds when they are due, as WaitLocked
+  // does; looks() and yields() count since the last Spin().
   std::vector<microseconds> Spin(Clock::duration span, Deadline deadline,
                                  Deadline timer = kNoDeadline,
                                  microseconds look = microseconds(10)) {
     std::vector<microseconds> turns;
+    looks_ = 0;
+    yields_ = 0;
     const Deadline end = now_ + span;
     while (now_ < end) {
       now_ += look;
-      if (gate_.Due(cycles(), deadline)) {
+      const uint64_t turn = cycles();
+      if (gate_.Due(turn, deadline)) {
         turns.push_back(
             std::chrono::duration_cast<microseconds>(now_ - Deadline{}));
-        if (yield_cycles_ > 0 && !found_ && gate_.contended(cycles())) {
-          gate_.Yielded(yield_cycles_);
+        const bool yield = gate_.contended(turn);
+        const bool looked = gate_.FdsDue(turn);
+        const bool found = looked && found_;
+        looks_ += looked ? 1 : 0;
+        yields_ += yield ? 1 : 0;
+        if (yield && yield_cycles_ > 0 && !found) {
+          gate_.Yielded(turn, yield_cycles_);
         }
-        gate_.Serviced(cycles(), now_, std::min(deadline, timer), found_);
+        gate_.Serviced(turn, now_, std::min(deadline, timer), found, looked);
       }
     }
     return turns;
   }
+  int looks() const { return looks_; }
+  int yields() const { return yields_; }
   void Skip(Clock::duration away) { now_ += away; }
   // Spins until the turns have spread to the maximum, is away for 2 ms
   // (a spell is due), and from then on reports yields of `yield_cycles`.
@@ -69,6 +81,8 @@ class SpinningThread {
   Deadline now_ = Deadline{} + std::chrono::seconds(100);
   bool found_ = false;
   uint64_t yield_cycles_ = 0;
+  int looks_ = 0;
+  int yields_ = 0;
 };
 
 TEST(BusyPollGateTest, WithoutACycleCounterEveryLookIsAServiceTurn) {
@@ -180,12 +194,13 @@ TEST(BusyPollGateTest, AThreadThatWasAwayServesAtOnceAndOftenAgain) {
   thread.Spin(milliseconds(50), kNoDeadline);
   ASSERT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
   // Descheduled for 2 ms (more than kAwayCycles): the next look serves,
-  // whatever the interval said.
+  // whatever the interval said, and looks at the fds and yields.
   thread.Skip(milliseconds(2));
   const std::vector<microseconds> after =
       thread.Spin(microseconds(10), kNoDeadline);
   EXPECT_EQ(after.size(), 1u);
-  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
+  EXPECT_EQ(thread.looks(), 1);
+  EXPECT_EQ(thread.yields(), 1);
   EXPECT_TRUE(gate.contended(thread.cycles()));
 }
 
@@ -194,6 +209,7 @@ TEST(BusyPollGateTest, AContendedCpuIsYieldedEveryBaseIntervalForAWhile) {
   SpinningThread thread(gate);
   thread.Spin(milliseconds(50), kNoDeadline);
   EXPECT_FALSE(gate.contended(thread.cycles())) << "nobody took the CPU";
+  EXPECT_EQ(thread.yields(), 0);
   thread.Skip(milliseconds(2));  // descheduled
   // For the next ~27 ms (kContendedCycles at 2.5 GHz) turns come every
   // base interval (~210 us), each one yielding; then they spread out again.
@@ -201,15 +217,39 @@ TEST(BusyPollGateTest, AContendedCpuIsYieldedEveryBaseIntervalForAWhile) {
       thread.Spin(milliseconds(20), kNoDeadline);
   EXPECT_TRUE(gate.contended(thread.cycles()));
   EXPECT_GE(contended.size(), 90u);
-  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
-  thread.Spin(milliseconds(60), kNoDeadline);
+  EXPECT_EQ(thread.yields(), static_cast<int>(contended.size()));
+  thread.Spin(milliseconds(10), kNoDeadline);
   EXPECT_FALSE(gate.contended(thread.cycles()));
+  // The fds' interval went on growing meanwhile: turns ~3.4 ms apart.
+  EXPECT_LE(thread.Spin(milliseconds(20), kNoDeadline).size(), 7u);
+  EXPECT_EQ(thread.yields(), 0);
+}
+
+// A turn of a spell looks at the fds only when their interval is due: the
+// turn after the gap does, then every ~3.4 ms (the interval had grown), not
+// at each of the ~95 yields; one that finds something readable brings the
+// looks back to every base interval.
+TEST(BusyPollGateTest, ASpellLooksAtTheFdsOnTheirOwnInterval) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  thread.Skip(milliseconds(2));
+  EXPECT_GE(thread.Spin(milliseconds(20), kNoDeadline).size(), 90u);
+  EXPECT_GE(thread.looks(), 5);
+  EXPECT_LE(thread.looks(), 8);
   EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+  thread.set_found(true);
+  thread.Spin(milliseconds(5), kNoDeadline);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(2), kNoDeadline);
+  EXPECT_EQ(thread.looks(), static_cast<int>(turns.size()));
 }
 
 // The vCPU lost its CPU to the hypervisor, say: the first turn yields,
 // the yield comes straight back (nobody else wanted this CPU), and the
 // turns spread out again at once instead of yielding every base interval.
+// The next gap starts a spell again: the CPU may be wanted by then.
 TEST(BusyPollGateTest, AYieldThatRanNobodyEndsTheContendedSpell) {
   BusyPollGate gate;
   SpinningThread thread(gate);
@@ -217,51 +257,19 @@ TEST(BusyPollGateTest, AYieldThatRanNobodyEndsTheContendedSpell) {
   const std::vector<microseconds> turns =
       thread.Spin(milliseconds(20), kNoDeadline);
   EXPECT_FALSE(gate.contended(thread.cycles()));
-  // 0.2 + 0.4 + 0.8 + 1.7 + 3.4 ms ...: about 9 turns in 20 ms, where a
-  // contended spell takes about 95.
-  EXPECT_LE(turns.size(), 12u);
-  EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
-  // Away again within ~27 ms of that yield: no turn at once, no spell.
+  // The turn after the gap, then one every ~3.4 ms: about 7 in 20 ms,
+  // where a contended spell takes about 95.
+  EXPECT_LE(turns.size(), 8u);
+  EXPECT_EQ(thread.yields(), 1);
+  // Away again: a turn at once, which yields (and ends the spell again).
   thread.Skip(milliseconds(2));
-  const std::vector<microseconds> after_gap =
-      thread.Spin(microseconds(500), kNoDeadline);
-  EXPECT_TRUE(after_gap.empty());
+  EXPECT_EQ(thread.Spin(microseconds(10), kNoDeadline).size(), 1u);
+  EXPECT_EQ(thread.yields(), 1);
   EXPECT_FALSE(gate.contended(thread.cycles()));
-  EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
-  // Later, a gap serves at once and yields again: the CPU may be wanted
-  // by then.
-  thread.Spin(milliseconds(30), kNoDeadline);
   thread.Skip(milliseconds(2));
   thread.set_yield_cycles(0);  // not reported: the spell goes on
-  const std::vector<microseconds> later =
-      thread.Spin(microseconds(10), kNoDeadline);
-  EXPECT_EQ(later.size(), 1u);
+  EXPECT_EQ(thread.Spin(microseconds(10), kNoDeadline).size(), 1u);
   EXPECT_TRUE(gate.contended(thread.cycles()));
-}
-
-// Away with no spell to start (a quick yield shortly before) and the
-// interval at its maximum: a deadline planned on the counter is still seen
-// at the first look after it, where the same gate without one takes no
-// turn.
-TEST(BusyPollGateTest, AQuietGapStillSeesTheDeadline) {
-  auto run = [](bool with_deadline) {
-    BusyPollGate gate;
-    SpinningThread thread(gate);
-    thread.SettleThenGoAway(BusyPollGate::kQuickYieldCycles / 4);
-    thread.Spin(milliseconds(10), kNoDeadline);  // the quick yield, growth
-    EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
-    // Just after a turn: the next is ~3.4 ms away.
-    for (int i = 0;
-         i < 1000 && thread.Spin(microseconds(10), kNoDeadline).empty(); ++i) {
-    }
-    const Deadline deadline =
-        with_deadline ? thread.now() + milliseconds(1) : kNoDeadline;
-    EXPECT_TRUE(thread.Spin(microseconds(10), deadline).empty());  // planned
-    thread.Skip(milliseconds(1));  // away (over kAwayCycles) past it
-    return thread.Spin(microseconds(10), deadline).size();
-  };
-  EXPECT_EQ(run(true), 1u);
-  EXPECT_EQ(run(false), 0u);
 }
 
 // A peer on the same CPU runs when yielded to: the yield takes long
@@ -275,10 +283,22 @@ TEST(BusyPollGateTest, AYieldThatRanAnotherThreadKeepsTheSpell) {
       thread.Spin(milliseconds(20), kNoDeadline);
   EXPECT_TRUE(gate.contended(thread.cycles()));
   EXPECT_GE(turns.size(), 90u);
-  EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
-  // And a gap after it starts a spell at once: no quiet window was opened.
+  EXPECT_EQ(thread.yields(), static_cast<int>(turns.size()));
+}
+
+// The Engine's poller never yields: a gap makes the turn due at once (a
+// look at the fds after being away) but starts no spell, so the turns do
+// not come every base interval for nothing.
+TEST(BusyPollGateTest, AGateThatNeverYieldsKeepsNoSpell) {
+  BusyPollGate gate(/*yields=*/false);
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
   thread.Skip(milliseconds(2));
   EXPECT_EQ(thread.Spin(microseconds(10), kNoDeadline).size(), 1u);
+  EXPECT_FALSE(gate.contended(thread.cycles()));
+  EXPECT_EQ(thread.yields(), 0);
+  EXPECT_LE(thread.Spin(milliseconds(20), kNoDeadline).size(), 7u);
+  EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
 }
 
 TEST(BusyPollGateTest, ACounterAtAnImplausibleRateIsNotPlannedBy) {

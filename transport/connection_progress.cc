@@ -281,27 +281,32 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
     wakeup_index = count;
     fds[count++] = {wakeup_fd_, POLLIN, 0};
   }
-  const WaitKind kind = !busy                             ? WaitKind::kBlock
-                        : service_gate_.contended(cycles) ? WaitKind::kSpin
-                                                          : WaitKind::kPeek;
-  if (kind == WaitKind::kSpin) ++stats_.service_yields;
+  // A busy turn yields in a contended spell and looks at the fds when
+  // their interval is due (busy_poll_gate.h): a turn that only yields
+  // passes none, so that the Env makes one system call, not two.
+  const bool yield = busy && service_gate_.contended(cycles);
+  const bool look = !busy || service_gate_.FdsDue(cycles);
+  const WaitKind kind = !busy   ? WaitKind::kBlock
+                        : yield ? WaitKind::kSpin
+                                : WaitKind::kPeek;
+  if (yield) ++stats_.service_yields;
   ++env_waiters_;
   ++wake_interest_;
   lock.unlock();
   // A yield is timed (two counter reads): one that ran nobody ends the
   // contended spell (busy_poll_gate.h, Yielded).
-  const bool timed = kind == WaitKind::kSpin && cycles != 0;
+  const bool timed = yield && cycles != 0;
   const uint64_t wait_start = timed ? CycleCount() : 0;
-  const int ready =
-      env_.Wait(token, {fds, static_cast<size_t>(count)}, wake, kind);
+  const int ready = env_.Wait(
+      token, {fds, look ? static_cast<size_t>(count) : size_t{0}}, wake, kind);
   const uint64_t wait_cycles = timed ? CycleCount() - wait_start : 0;
   lock.lock();
   --env_waiters_;
   --wake_interest_;
   if (!busy) event_waiter_ = false;
   if (busy) {
-    if (timed && ready == 0) service_gate_.Yielded(wait_cycles);
-    service_gate_.Serviced(cycles, now, wake, ready > 0);
+    if (timed && ready == 0) service_gate_.Yielded(cycles, wait_cycles);
+    service_gate_.Serviced(cycles, now, wake, ready > 0, look);
   }
   auto readable = [&](int index) {
     return ready > 0 && index >= 0 && fds[index].revents != 0;

@@ -327,7 +327,7 @@ class Engine {
   uint32_t attached_ = 0;
   uint32_t idle_turns_ = 0;           // empty Progress() calls in a row
   uint32_t turns_since_service_ = 0;  // Progress() calls since Service()
-  BusyPollGate service_gate_;         // real clock: when a turn is due
+  BusyPollGate service_gate_{false};  // real clock: when a turn is due
 
   // Finished operations not yet taken: a ring of max_async_ops entries.
   std::vector<Completion> finished_;

@@ -73,7 +73,7 @@
 // after an empty poll, with no PAUSE unless another thread waits for the
 // connection's lock (lowest latency; on the real clock it looks at the clock,
 // the setup stream and async events every 0.2 ms at first, then up to every
-// 3 ms while those looks find nothing, as its deadline and timers fall due by
+// 13 ms while those looks find nothing, as its deadline and timers fall due by
 // the cycle counter, and every 0.2 ms, yielding the CPU, for a while after the
 // thread was descheduled: busy_poll_gate.h. A spinning wait under steady
 // traffic makes one system call per hundreds of messages); kEvent sleeps on a

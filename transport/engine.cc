@@ -306,7 +306,7 @@ int Engine::Progress() {
 
 void Engine::MaybeServiceTurn() {
   // On the real clock the gate decides (busy_poll_gate.h): a busy loop of
-  // Progress() calls makes a service turn's system calls every 0.2-3 ms,
+  // Progress() calls makes a service turn's system calls every 0.2-13 ms,
   // not every kServiceInterval empty polls; it never yields, so its gate
   // keeps no contended spells. Virtual time keeps the counts.
   uint64_t cycles = 0;

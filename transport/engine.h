@@ -78,7 +78,7 @@
 // exhaustion, a flush) and, in Wait(), every kServiceInterval empty
 // Progress() calls in a row and every kBusyServiceInterval Progress() calls
 // whatever they found (on the real clock, once those counts are reached,
-// when busy_poll_gate.h says a turn is due: every 0.2-3 ms, and as
+// when busy_poll_gate.h says a turn is due: every 0.2-13 ms, and as
 // timers fall due), services its connections: the device's async events,
 // setup streams that closed (a peer process gone), keepalive probes and the
 // completion watchdog, exactly as a blocking call's wait does. A connection

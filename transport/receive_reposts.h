@@ -27,15 +27,21 @@
 // error; the slots are forgotten either way (the QP is failing then).
 //
 //   ReceiveReposts reposts;
-//   reposts.Add(slot);                       // Receive() emptied it
-//   ...                                      // after a message:
-//   if (!reposts.TakeAddedSinceAsked()) { /* post them now */ }
-//   if (owed.WorthAMessageWith(reposts.count()) || reposts.full()) {
+//   auto post_all = [&] {
 //     const uint32_t posted = reposts.count();
 //     if (reposts.Post(verbs, qp, ring_address, slot_size, lkey,
 //                      engine_slot).ok()) {
-//       owed.Add(posted);
+//       owed.Add(posted);  // announced by the next message or credit return
 //     }
+//   };
+//   // Receive() emptied `slot`:
+//   reposts.Add(slot);
+//   if (reposts.full() || owed.WorthAMessageWith(reposts.count())) post_all();
+//   // A message was sent (after it, where credits.h's RepostsMayFollow
+//   // allowed them to wait):
+//   if (!reposts.empty() && (!reposts.TakeAddedSinceAsked() ||
+//                            !owed.RepostsMayGather(reposts.count()))) {
+//     post_all();
 //   }
 
 #ifndef RDMA_TRANSPORT_TRANSPORT_RECEIVE_REPOSTS_H_

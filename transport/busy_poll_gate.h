@@ -39,11 +39,11 @@
 //    one again. A peer spinning on the same CPU takes its slice (a
 //    millisecond or more) when yielded to, so a real contention keeps the
 //    spell. Over rxe under qemu TCG (a 2-vCPU guest: two pollers and rxe's
-//    kernel workers) 19 of 20 yields switched to another thread, for 0.1-0.4
-//    ms, and the rest came back in 6-50 us; keeping every spell yielding
-//    until the next gap (15a360d: no spell for ~25 ms after a quick yield)
-//    saved 0.25 system calls a round trip and doubled the 99th percentile
-//    (docs/performance.md, issue 12).
+//    kernel workers) 91% of the yields switched to another thread, most for
+//    0.1-0.4 ms, and most of the rest came back in 6-26 us (4% fell on the
+//    wrong side of the line); starting no spell for ~25 ms after a quick
+//    yield (15a360d) saved 0.25 system calls a round trip there and doubled
+//    the 99th percentile (docs/performance.md, issue 12).
 //  - Without a cycle counter (cycles == 0) every look is a service turn
 //    that looks at the fds and yields.
 //

@@ -20,7 +20,7 @@
 //    kCalibrationSpan), and the next turn comes when the wake is due by the
 //    counter, so deadlines and timers are seen on time, not an interval
 //    late; a wait that brings a new deadline has it planned at its first
-//    look. Until the counter is calibrated the interval stays at the base.
+//    look. Until the counter is calibrated turns come every base interval.
 //  - A gap of more than kAwayCycles between two looks means the thread was
 //    descheduled (the CPU is shared: the peer may be waiting for it) or the
 //    caller was away: the service turn is due at once, with a look at the
@@ -170,16 +170,28 @@ class BusyPollGate {
   // Records that the yield of the service turn taken at `turn` (its Due()
   // cycles) took `took` cycles: if that was quick, nobody else wanted the
   // CPU, and the contended spell ends (turns come on the fds' interval
-  // again from this turn's Serviced() on). Call before Serviced().
+  // again from this turn's Serviced() on). A slow one ran another thread:
+  // the time it took is no gap (which would make the fds due at once and
+  // cost a poll with every yield where a peer's slice outlasts
+  // kAwayCycles), though one that long renews the spell as a gap would.
+  // Call before Serviced().
   void Yielded(uint64_t turn, uint64_t took) {
-    if (took < kQuickYieldCycles) contended_until_ = turn;
+    if (took < kQuickYieldCycles) {
+      contended_until_ = turn;
+      return;
+    }
+    const uint64_t end = turn + took;
+    if (static_cast<int64_t>(end - last_look_) > 0) last_look_ = end;
+    if (took > kAwayCycles) contended_until_ = end + kContendedCycles;
   }
 
   // Whether the thread was descheduled within the last kContendedCycles
   // before `cycles` and no yield since came back quickly: a service turn
-  // then yields the CPU. Without a counter (0), always.
+  // then yields the CPU. Without a counter (0), always; for a gate that
+  // never yields, never.
   bool contended(uint64_t cycles) const {
-    return cycles == 0 || static_cast<int64_t>(contended_until_ - cycles) > 0;
+    return yields_ &&
+           (cycles == 0 || static_cast<int64_t>(contended_until_ - cycles) > 0);
   }
 
   // The fds' interval: cycles from one look at them to the next outside a

@@ -53,10 +53,15 @@ class SpinningThread {
         const bool found = looked && found_;
         looks_ += looked ? 1 : 0;
         yields_ += yield ? 1 : 0;
+        const Deadline turn_now = now_;
         if (yield && yield_cycles_ > 0 && !found) {
+          // The yield takes its time: the thread is back that much later.
+          now_ += std::chrono::nanoseconds(static_cast<int64_t>(
+              static_cast<double>(yield_cycles_) / kCyclesPerNs));
           gate_.Yielded(turn, yield_cycles_);
         }
-        gate_.Serviced(turn, now_, std::min(deadline, timer), found, looked);
+        gate_.Serviced(turn, turn_now, std::min(deadline, timer), found,
+                       looked);
       }
     }
     return turns;
@@ -89,6 +94,8 @@ TEST(BusyPollGateTest, WithoutACycleCounterEveryLookIsAServiceTurn) {
   BusyPollGate gate;
   for (int i = 0; i < 5; ++i) {
     EXPECT_TRUE(gate.Due(0, kNoDeadline));
+    EXPECT_TRUE(gate.contended(0));  // yields
+    EXPECT_TRUE(gate.FdsDue(0));     // and looks at the fds
     gate.Serviced(0, Deadline{} + milliseconds(i), kNoDeadline, false);
   }
   EXPECT_FALSE(gate.calibrated());
@@ -284,8 +291,25 @@ TEST(BusyPollGateTest, AYieldThatRanAnotherThreadKeepsTheSpell) {
   const std::vector<microseconds> turns =
       thread.Spin(milliseconds(20), kNoDeadline);
   EXPECT_TRUE(gate.contended(thread.cycles()));
-  EXPECT_GE(turns.size(), 90u);
+  EXPECT_GE(turns.size(), 80u);  // every ~210 us + the yield's 26 us
   EXPECT_EQ(thread.yields(), static_cast<int>(turns.size()));
+}
+
+// A peer spinning on the same CPU takes a slice longer than kAwayCycles
+// (here ~1.7 ms) at each yield: the time a yield took is no gap, so the
+// fds stay on their own interval (a look every ~13 ms, not one with every
+// yield), and the spell is renewed from each such yield's end: it outlasts
+// the ~27 ms a gap alone gives.
+TEST(BusyPollGateTest, YieldsLongerThanAGapLookAtTheFdsOnTheirInterval) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.SettleThenGoAway(BusyPollGate::kAwayCycles * 2);
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(40), kNoDeadline);
+  EXPECT_GE(turns.size(), 15u);  // every ~0.2 + 1.7 ms
+  EXPECT_EQ(thread.yields(), static_cast<int>(turns.size()));
+  EXPECT_LE(thread.looks(), 4);
+  EXPECT_TRUE(gate.contended(thread.cycles()));
 }
 
 // The Engine's poller never yields: a gap makes the turn due at once (a

@@ -74,10 +74,11 @@
 // connection's lock (lowest latency; on the real clock it looks at the clock,
 // the setup stream and async events every 0.2 ms at first, then up to every
 // 13 ms while those looks find nothing, as its deadline and timers fall due by
-// the cycle counter, and every 0.2 ms, yielding the CPU, for a while after the
-// thread was descheduled: busy_poll_gate.h. A spinning wait under steady
-// traffic makes one system call per hundreds of messages); kEvent sleeps on a
-// completion channel. Every wait goes through the Context's Env
+// the cycle counter, and for a while after the thread was descheduled it
+// yields the CPU every 0.2 ms, looking at the fds only on their own
+// interval: busy_poll_gate.h. A spinning wait under steady traffic on a CPU
+// of its own makes one system call per thousands of messages); kEvent sleeps
+// on a completion channel. Every wait goes through the Context's Env
 // (verbs_shim/env.h): the real clock on real devices, the fabric's virtual
 // clock on the simulator, where a wait for a deadline advances the fabric
 // instead of sleeping.

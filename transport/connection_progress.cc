@@ -218,7 +218,8 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
   CheckStalledLocked(now);
   if (!failure_.ok()) return absl::OkStatus();  // the caller sees failure_
   if (MaybeKeepaliveLocked(now)) {
-    service_gate_.Serviced(cycles, now, now, true);  // look again soon
+    // Look again soon (its wake is now); the fds were not looked at.
+    service_gate_.Serviced(cycles, now, now, false, false);
     return absl::OkStatus();
   }
   if (now >= deadline) {

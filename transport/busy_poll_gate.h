@@ -136,18 +136,16 @@ class BusyPollGate {
 
   // Records the service turn taken at `cycles`, whose clock read `now`:
   // `wake` is when the wait must look again (its deadline or the next
-  // timer), `found` whether the turn found anything to do, `looked`
-  // whether it looked at the fds (FdsDue()).
+  // timer), `looked` whether it looked at the fds (FdsDue()) and `found`
+  // whether that look found one readable (false without a look).
   void Serviced(uint64_t cycles, Deadline now, Deadline wake, bool found,
                 bool looked = true) {
     if (cycles == 0) return;
     Calibrate(cycles, now);
-    if (found) {
-      interval_ = kBaseCycles;
-    } else if (looked) {
-      interval_ = std::min(interval_ * 2, kMaxCycles);
+    if (looked) {
+      interval_ = found ? kBaseCycles : std::min(interval_ * 2, kMaxCycles);
+      fds_next_ = cycles + interval_;
     }
-    if (looked || found) fds_next_ = cycles + interval_;
     // In a spell every base interval; otherwise when the fds are due (a
     // spell that ended at this turn leaves them due sooner than interval_).
     const int64_t fds_in = static_cast<int64_t>(fds_next_ - cycles);

@@ -511,7 +511,16 @@ class Connection final : private AsyncEventListener {
   // watchdog's budget (armed providers only).
   void CheckStalledLocked(Deadline now);
   Clock::duration WatchdogBudgetLocked() const;
+  // Stamps (send_queue_ledger.h) and posts the `count` work requests
+  // chained from `first`; a refusal fails the connection (below).
   absl::Status PostSendLocked(ibv_send_wr* first, uint32_t count);
+  // PostSendLocked() inline, for the message path (connection_internal.h).
+  absl::Status PostSendFastLocked(ibv_send_wr* first, uint32_t count);
+  // PostSendLocked()'s refusal `status`: counts the work requests before
+  // `bad` as posted, fails the connection and returns the status with
+  // context.
+  absl::Status PostSendFailedLocked(ibv_send_wr* first, const ibv_send_wr* bad,
+                                    absl::Status status);
   // A control work request (credit return, close: zero bytes with an
   // immediate; keepalive: one inline byte); returns its sequence number.
   absl::StatusOr<uint64_t> PostControlLocked(WrKind kind, uint32_t imm);
@@ -542,11 +551,21 @@ class Connection final : private AsyncEventListener {
   // scatter/gather from the registered region `from` holding it (signalled;
   // zero copy) or, `from` nullptr, copied into a send slot. Waits for
   // credit until `deadline`. Returns the sequence of its work request.
-  // `kind` kRendezvous: `data` is a rendezvous request.
+  // `kind` kRendezvous: `data` is a rendezvous request. (Inline,
+  // connection_internal.h; the wait is out of line.)
   absl::StatusOr<uint64_t> SendEagerLocked(
       std::unique_lock<ConnectionLock>& lock, const std::byte* data,
       uint32_t size, const MemoryRegion* from, Deadline deadline,
       ImmKind kind = ImmKind::kData);
+  // Whether a message may be posted now: a credit, send-queue room, no
+  // one-sided op held back before it (it goes on the wire after them) and,
+  // `copy`, a free send slot.
+  bool CanPostMessageLocked(bool copy) const;
+  // SendEagerLocked()'s wait for CanPostMessageLocked(copy): OK once it
+  // holds, else the connection's failure, the peer's close, or
+  // kDeadlineExceeded at `deadline` saying what was missing.
+  absl::Status WaitToPostMessageLocked(std::unique_lock<ConnectionLock>& lock,
+                                       bool copy, Deadline deadline);
   // Posts one message once credit, room and (for a copy) a send slot are
   // there: from `data` inline (`send_inline`), by scatter/gather from `from`
   // (signalled), or copied into a send slot (`from` nullptr); `signal`

@@ -129,22 +129,14 @@ void Connection::PostRepostsAndCreditsLocked() {
   if (PostDeferredRepostsLocked().ok()) MaybeReturnCreditsLocked();
 }
 
-absl::StatusOr<uint64_t> Connection::SendEagerLocked(
-    std::unique_lock<ConnectionLock>& lock, const std::byte* data,
-    uint32_t size, const MemoryRegion* from, Deadline deadline, ImmKind kind) {
-  const bool send_inline = ShouldSendInline(size, inline_.usable_inline);
-  const bool copy = !send_inline && from == nullptr;
-  // A message goes on the wire after every one-sided op posted before it:
-  // while Soft-RoCE's in-flight cap holds some back, it waits for them
-  // (PostSendFrom() refuses), so the peer never sees it before their bytes.
+absl::Status Connection::WaitToPostMessageLocked(
+    std::unique_lock<ConnectionLock>& lock, bool copy, Deadline deadline) {
+  // While Soft-RoCE's in-flight cap holds one-sided ops back, a message
+  // waits for them (PostSendFrom() refuses), so the peer never sees it
+  // before their bytes.
   absl::Status ready = WaitUntilLocked(
       lock, deadline,
-      [&] {
-        return peer_closed_ ||
-               (send_credits_.CanSendData() && sq_.HasRoom(1) &&
-                async_.posted == async_.count &&
-                (!copy || send_slot_seq_[next_send_slot_] <= sq_.completed()));
-      },
+      [&] { return peer_closed_ || CanPostMessageLocked(copy); },
       "no send credit or slot");
   if (!ready.ok()) [[unlikely]] {
     if (absl::IsDeadlineExceeded(ready) && failure_.ok()) {
@@ -158,9 +150,8 @@ absl::StatusOr<uint64_t> Connection::SendEagerLocked(
     }
     return ready;
   }
-  if (peer_closed_) [[unlikely]]
-    return PeerClosedError();
-  return PostMessageLocked(data, size, from, send_inline, kind, false);
+  if (peer_closed_) return PeerClosedError();
+  return absl::OkStatus();
 }
 
 absl::Status Connection::SendRendezvousLocked(

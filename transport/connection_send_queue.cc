@@ -20,13 +20,12 @@
 namespace rdma_transport {
 
 absl::Status Connection::PostSendLocked(ibv_send_wr* first, uint32_t count) {
-  sq_.Stamp(first, count);
-  ibv_send_wr* bad = nullptr;
-  absl::Status status = verbs_.PostSend(inline_.qp, first, &bad);
-  if (status.ok()) [[likely]] {
-    sq_.Posted(count);
-    return status;
-  }
+  return PostSendFastLocked(first, count);
+}
+
+absl::Status Connection::PostSendFailedLocked(ibv_send_wr* first,
+                                              const ibv_send_wr* bad,
+                                              absl::Status status) {
   // Work requests before `bad` were posted; the connection is unusable now.
   uint32_t posted = 0;
   for (ibv_send_wr* wr = first; wr != nullptr && wr != bad; wr = wr->next) {

@@ -559,7 +559,7 @@ class Connection final : private AsyncEventListener {
       ImmKind kind = ImmKind::kData);
   // Whether a message may be posted now: a credit, send-queue room, no
   // one-sided op held back before it (it goes on the wire after them) and,
-  // `copy`, a free send slot.
+  // `copy`, a free send slot. (Inline, connection_internal.h.)
   bool CanPostMessageLocked(bool copy) const;
   // SendEagerLocked()'s wait for CanPostMessageLocked(copy): OK once it
   // holds, else the connection's failure, the peer's close, or

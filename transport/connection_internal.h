@@ -3,7 +3,8 @@
 // What the Connection's own .cc files share and nothing else may include:
 // how a call is counted and left (CallScope), the one wait loop every wait
 // goes through (WaitUntilLocked), how one message is posted
-// (PostMessageLocked: Send(), SendFrom(), PostSendFrom()), and the
+// (SendEagerLocked and PostMessageLocked: Send(), SendFrom(),
+// PostSendFrom(); PostSendFastLocked, the posting itself), and the
 // constants of more than one file.
 // Internal to //transport:transport; the class contract is in connection.h.
 
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -91,7 +93,7 @@ class Connection::CallScope {
   std::unique_lock<ConnectionLock>& lock_;
 };
 
-// Inline: every message is posted through it, and the frame of
+// Always inline: every message is posted through it, and the frame of
 // PostSendLocked() (saving the registers the stamping loop uses) was 28
 // instructions a message; the refusal is out of line.
 [[gnu::always_inline]] inline absl::Status Connection::PostSendFastLocked(

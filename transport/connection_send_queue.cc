@@ -1,8 +1,10 @@
 // File: transport/connection_send_queue.cc
 //
-// Posting on the send queue: every chain through PostSendLocked(), which
-// stamps sequence numbers and signalling (send_queue_ledger.h) and fails the
-// connection when the post is refused. Also the control work requests
+// Posting on the send queue: every chain through PostSendLocked() (a
+// message through its inline twin, PostSendFastLocked() in
+// connection_internal.h), which stamps sequence numbers and signalling
+// (send_queue_ledger.h) and fails the connection when the post is refused
+// (PostSendFailedLocked()). Also the control work requests
 // (credit return, close, keepalive probe), waiting for a sequence, and
 // quiescing the queue after a failure.
 

@@ -66,15 +66,16 @@
 #   system calls, with PERF_STRACE=1: ib_send_lat, rdma_pingpong
 #     --inline=off and (PERF_ZERO_COPY=1) --inline=off --zero_copy, both
 #     sides under `strace -c -f`, at each size of PERF_STRACE_SIZES (64) and
-#     each round-trip count of PERF_STRACE_ITERATIONS ("200 1000"; ours with
-#     --warmup=0). Calls per round trip are the difference between the
-#     largest and the smallest count's calls over the difference in round
-#     trips, so that start-up and teardown cancel. Each traced run has
-#     PERF_STRACE_TIMEOUT (300 s; ours also as its --timeout); the traced
-#     figures are not latencies. Ours makes its system calls while it
-#     waits (connection_progress.cc: every 64th empty poll, at most every
-#     2^19 cycles), so its count per round trip grows with the wait, which
-#     strace itself lengthens. PERF_SYSCALL_COUNTER=perf counts with
+#     each round-trip count of PERF_STRACE_ITERATIONS ("200 1000"; "2000
+#     20000" with the perf counter; ours with --warmup=0). Calls per round
+#     trip are the difference between the largest and the smallest count's
+#     calls over the difference in round trips, so that start-up and
+#     teardown cancel. Each traced run has PERF_STRACE_TIMEOUT (300 s; ours
+#     also as its --timeout); the traced figures are not latencies. Ours
+#     makes its system calls while it waits (busy_poll_gate.h: a look at
+#     the fds on their own interval, a yield every 2^19 cycles of a
+#     contended spell), so its count per round trip grows with the wait,
+#     which strace itself lengthens. PERF_SYSCALL_COUNTER=perf counts with
 #     `perf stat -e raw_syscalls:sys_enter` instead (in the kernel, nothing
 #     stopped, so the waits keep their untraced length; totals only, under
 #     the name "all").
@@ -121,9 +122,16 @@ latency=${PERF_LATENCY:-1}
 bandwidth=${PERF_BW:-1}
 strace_mode=${PERF_STRACE:-0}
 read -r -a strace_sizes <<<"${PERF_STRACE_SIZES:-64}"
-read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-200 1000}"
 strace_timeout=${PERF_STRACE_TIMEOUT:-300}
 syscall_counter=${PERF_SYSCALL_COUNTER:-strace}  # strace | perf
+# perf stat stops nothing, so it can afford runs long enough for the
+# difference to drown the start-up's thousands of calls (at 1000/3000 it
+# did not: docs/performance.md); strace stops every call.
+if [[ "$syscall_counter" == perf ]]; then
+  read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-2000 20000}"
+else
+  read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-200 1000}"
+fi
 profile_mode=${PERF_PROFILE:-0}
 events_mode=${PERF_EVENTS:-0}
 events_size=${PERF_EVENTS_SIZE:-64}

@@ -39,7 +39,8 @@
 # --strace-iterations, two counts whose difference gives calls per round
 # trip) into perf_strace.csv and perf_strace_table.txt; --strace-only runs
 # that alone; --syscalls-by perf counts with perf stat (raw_syscalls
-# tracepoint: nothing stopped, totals only) instead of strace. --profile
+# tracepoint: nothing stopped, totals only; --strace-iterations then
+# defaults to "2000 20000") instead of strace. --profile
 # adds guest_perf.sh's PERF_PROFILE=1 (ib_send_lat and rdma_pingpong
 # --zero_copy at 64 B under a system-wide perf record -g -e cpu-clock;
 # reports in vm/<suite>/perf-raw/profile-*.txt), --profile-only runs that

@@ -7,7 +7,8 @@
 // wait that took one per look would cost a message more in system calls
 // than the message itself (one doorbell write per send on rxe).
 //
-// The gate runs on the CPU's cycle counter, an instruction:
+// The gate runs on the CPU's cycle counter (Env::CycleCount(), an
+// instruction):
 //  - A service turn is due `interval` cycles after the last one. The
 //    interval starts at kBaseCycles (about 0.2 ms at 2-3 GHz) and doubles
 //    at each look at the fds that found nothing readable, up to kMaxCycles
@@ -52,15 +53,17 @@
 //
 //   if (++turns >= kSpinTurns) {
 //     turns = 0;
-//     const uint64_t cycles = CycleCount();
+//     const uint64_t cycles = env.CycleCount();
 //     if (gate.Due(cycles, deadline)) {
 //       const Deadline now = env.Now();
 //       const bool yield = gate.contended(cycles);
 //       const bool look = gate.FdsDue(cycles);
 //       bool found = Service(now);
-//       const uint64_t start = CycleCount();  // the wait alone is timed
+//       const uint64_t start = env.CycleCount();  // the wait alone is timed
 //       const int ready = Wait(look ? fds : no_fds, yield);
-//       if (yield && ready == 0) gate.Yielded(cycles, CycleCount() - start);
+//       if (yield && ready == 0) {
+//         gate.Yielded(cycles, env.CycleCount() - start);
+//       }
 //       gate.Serviced(cycles, now, std::min(deadline, next_timer),
 //                     found || ready > 0, look);
 //     }
@@ -76,16 +79,6 @@
 #include "verbs_shim/env.h"
 
 namespace rdma_transport {
-
-// The CPU's cycle counter (an instruction, never a system call); 0 where
-// there is none.
-inline uint64_t CycleCount() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_ia32_rdtsc();
-#else
-  return 0;
-#endif
-}
 
 class BusyPollGate {
  public:
@@ -103,7 +96,7 @@ class BusyPollGate {
   static constexpr uint64_t kQuickYieldCycles = uint64_t{1} << 16;
   static constexpr std::chrono::microseconds kCalibrationSpan{500};
 
-  // Whether the service turn is due at `cycles` (CycleCount() now) for a
+  // Whether the service turn is due at `cycles` (Env::CycleCount() now) for a
   // wait whose deadline is `deadline` (a deadline that changed since the
   // last turn is planned for here, not an interval later).
   bool Due(uint64_t cycles, Deadline deadline) {

@@ -190,7 +190,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
   // says when a look is a service turn (the clock, the fds, a yield).
   uint64_t cycles = 0;
   if (busy && ++spin_turns_ >= kSpinTurns && !env_.virtual_time()) {
-    cycles = CycleCount();
+    cycles = env_.CycleCount();
     if (!service_gate_.Due(cycles, deadline)) spin_turns_ = 0;  // not yet
   }
   if (busy && spin_turns_ < kSpinTurns) {
@@ -297,10 +297,10 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
   // A yield is timed (two counter reads): one that ran nobody ends the
   // contended spell (busy_poll_gate.h, Yielded).
   const bool timed = yield && cycles != 0;
-  const uint64_t wait_start = timed ? CycleCount() : 0;
+  const uint64_t wait_start = timed ? env_.CycleCount() : 0;
   const int ready = env_.Wait(
       token, {fds, look ? static_cast<size_t>(count) : size_t{0}}, wake, kind);
-  const uint64_t wait_cycles = timed ? CycleCount() - wait_start : 0;
+  const uint64_t wait_cycles = timed ? env_.CycleCount() - wait_start : 0;
   lock.lock();
   --env_waiters_;
   --wake_interest_;

@@ -311,7 +311,7 @@ void Engine::MaybeServiceTurn() {
   // keeps no contended spells. Virtual time keeps the counts.
   uint64_t cycles = 0;
   if (!env_.virtual_time()) {
-    cycles = CycleCount();
+    cycles = env_.CycleCount();
     if (!service_gate_.Due(cycles, kNoDeadline)) {
       idle_turns_ = 0;
       turns_since_service_ = 0;

@@ -82,6 +82,18 @@ class Env {
   static Env& Real();
 
   virtual Deadline Now() = 0;
+  // The CPU's cycle counter, by which a busy poller paces the turns on
+  // which it reads Now() and waits (transport/busy_poll_gate.h): an
+  // instruction (rdtsc), never a system call; 0 where the CPU has none. Not
+  // a clock: its rate is learnt against Now(). Never read on a virtual
+  // clock; a test's Env may script it to drive a busy poller's pacing.
+  virtual uint64_t CycleCount() {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_ia32_rdtsc();
+#else
+    return 0;
+#endif
+  }
   // Now() + timeout, saturating at kNoDeadline.
   Deadline DeadlineIn(Clock::duration timeout);
   // True when time is simulated: no wait costs real time.

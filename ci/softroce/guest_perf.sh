@@ -127,11 +127,9 @@ syscall_counter=${PERF_SYSCALL_COUNTER:-strace}  # strace | perf
 # perf stat stops nothing, so it can afford runs long enough for the
 # difference to drown the start-up's thousands of calls (at 1000/3000 it
 # did not: docs/performance.md); strace stops every call.
-if [[ "$syscall_counter" == perf ]]; then
-  read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-2000 20000}"
-else
-  read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-200 1000}"
-fi
+default_strace_counts='200 1000'
+[[ "$syscall_counter" == perf ]] && default_strace_counts='2000 20000'
+read -r -a strace_counts <<<"${PERF_STRACE_ITERATIONS:-$default_strace_counts}"
 profile_mode=${PERF_PROFILE:-0}
 events_mode=${PERF_EVENTS:-0}
 events_size=${PERF_EVENTS_SIZE:-64}

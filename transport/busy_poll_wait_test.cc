@@ -1,0 +1,264 @@
+// A busy-polling wait's service turns, driven through the Connection
+// (busy_poll_gate_test.cc tests the gate alone): on a scripted cycle counter
+// and clock, a Receive() that waits for a message that never comes shows
+// which turns yield the CPU, which look at the fds, and how a yield's length
+// (timed around Env::Wait) keeps or ends a contended spell. The connection
+// pair is made on the simulator's virtual clock; the wait under test runs on
+// the scripted one (virtual_time() false: the real clock's path), where
+// every read of the counter is a step of the script.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "sim/fabric.h"
+#include "sim/sim_verbs.h"
+#include "tests/sim_pair_fixture.h"
+#include "transport/busy_poll_gate.h"
+#include "transport/connection.h"
+#include "transport/connection_options.h"
+#include "verbs_shim/env.h"
+#include "verbs_shim/verbs_wrapper.h"
+
+namespace rdma_transport {
+namespace {
+
+// The simulator's Env until Script(); from then on a real-clock Env
+// (virtual_time() false) whose counter and clock the test drives: each
+// CycleCount() read advances the counter `step` cycles (the read numbered
+// by GoAwayAt() by a gap instead: the thread was descheduled), Now() follows
+// the counter at kCyclesPerNs, and a yielding Wait (kSpin) takes `yield`
+// cycles and finds nothing. Every scripted Wait is recorded. Unscript()
+// hands back to the simulator, Now() going on from where the script left
+// it. Test-only; one thread.
+class ScriptedCycleEnv : public Env {
+ public:
+  static constexpr uint64_t kCyclesPerNs = 2;
+
+  struct WaitRecord {
+    uint64_t cycles;  // the counter when the wait began, since Script()
+    WaitKind kind;
+    size_t fds;
+  };
+
+  explicit ScriptedCycleEnv(Env& sim) : sim_(sim) {}
+
+  void Script(uint64_t step, uint64_t yield) {
+    start_ = Now();
+    scripted_ = true;
+    cycles_ = kStart;
+    step_ = step;
+    yield_ = yield;
+  }
+  // The `read`-th read of the counter from Script() on (the first is 1)
+  // comes `gap` cycles after the one before.
+  void GoAwayAt(uint64_t read, uint64_t gap) {
+    away_read_ = read;
+    gap_ = gap;
+  }
+  void Unscript() {
+    offset_ += Now() - (sim_.Now() + offset_);
+    scripted_ = false;
+  }
+
+  const std::vector<WaitRecord>& waits() const { return waits_; }
+
+  Deadline Now() override {
+    if (!scripted_) return sim_.Now() + offset_;
+    return start_ + std::chrono::nanoseconds((cycles_ - kStart) / kCyclesPerNs);
+  }
+  bool virtual_time() const override {
+    return !scripted_ && sim_.virtual_time();
+  }
+  uint64_t CycleCount() override {
+    if (!scripted_) return sim_.CycleCount();
+    ++reads_;
+    cycles_ += reads_ == away_read_ ? gap_ : step_;
+    return cycles_;
+  }
+  uint64_t PrepareWait() override { return scripted_ ? 0 : sim_.PrepareWait(); }
+  int Wait(uint64_t token, std::span<pollfd> fds, Deadline wake,
+           WaitKind kind) override {
+    if (!scripted_) {
+      return sim_.Wait(token, fds, wake == kNoDeadline ? wake : wake - offset_,
+                       kind);
+    }
+    waits_.push_back({cycles_ - kStart, kind, fds.size()});
+    if (kind == WaitKind::kSpin) cycles_ += yield_;
+    if (kind == WaitKind::kBlock && wake > Now()) {
+      cycles_ += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(wake - Now())
+              .count() *
+          kCyclesPerNs);
+    }
+    return 0;
+  }
+  void Notify() override { sim_.Notify(); }
+  void AddParticipant() override { sim_.AddParticipant(); }
+  void RemoveParticipant() override { sim_.RemoveParticipant(); }
+  SetupNetwork* setup_network() override { return sim_.setup_network(); }
+
+ private:
+  static constexpr uint64_t kStart = uint64_t{1} << 40;
+  Env& sim_;
+  bool scripted_ = false;
+  Clock::duration offset_{};
+  Deadline start_{};
+  uint64_t cycles_ = kStart;
+  uint64_t reads_ = 0;
+  uint64_t step_ = 0;
+  uint64_t yield_ = 0;
+  uint64_t away_read_ = 0;
+  uint64_t gap_ = 0;
+  std::vector<WaitRecord> waits_;
+};
+
+// The simulator's verbs with the scripted Env as theirs (Verbs::env()), so
+// that the Contexts and Connections made on them run on it.
+class ScriptedCycleVerbs : public VerbsWrapper {
+ public:
+  explicit ScriptedCycleVerbs(Verbs* target)
+      : VerbsWrapper(target), env_(target->env()) {}
+  Env& env() override { return env_; }
+  ScriptedCycleEnv& scripted() { return env_; }
+
+ private:
+  ScriptedCycleEnv env_;
+};
+
+constexpr uint64_t kStep = uint64_t{1} << 14;        // a read every ~8 us
+constexpr uint64_t kAwayRead = 400;                  // ~3.3 ms into the wait
+constexpr uint64_t kGap = uint64_t{1} << 22;         // away for ~2 ms
+constexpr uint64_t kSlowYield = uint64_t{1} << 18;   // ran another thread
+constexpr uint64_t kQuickYield = uint64_t{1} << 12;  // ran nobody
+constexpr std::chrono::milliseconds kWaitFor{50};
+
+class BusyPollWaitTest : public SimPairTest<ScriptedCycleVerbs> {
+ protected:
+  ScriptedCycleEnv& scripted() { return verbs_.scripted(); }
+
+  // Scripts the counter (kStep a read, yields of `yield` cycles, away for
+  // kGap at read kAwayRead if `go_away`), then waits kWaitFor in a
+  // Receive() for a message that never comes; the scripted waits are in
+  // scripted().waits(), the yields counted in yields_.
+  void WaitForNothing(uint64_t yield, bool go_away) {
+    ConnectionOptions options;
+    options.progress = ProgressMode::kBusyPoll;
+    ASSERT_NO_FATAL_FAILURE(Connect(options));
+    const ConnectionStats before = client_->stats();
+    scripted().Script(kStep, yield);
+    if (go_away) scripted().GoAwayAt(kAwayRead, kGap);
+    const Deadline deadline = scripted().Now() + kWaitFor;
+    std::byte buffer[64];
+    const absl::StatusOr<size_t> got = client_->Receive(buffer, deadline);
+    ASSERT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded)
+        << got.status();
+    // Seen when due (the gate plans the deadline on the counter), not a
+    // fds' interval (up to ~17 ms here) later.
+    EXPECT_LT(scripted().Now() - deadline, std::chrono::microseconds(50));
+    const ConnectionStats after = client_->stats();
+    yields_ = after.service_yields - before.service_yields;
+    turns_ = after.service_turns - before.service_turns;
+  }
+
+  void TearDown() override {
+    scripted().Unscript();
+    SimPairTest::TearDown();
+  }
+
+  // The counter at the read that came back from being away.
+  static uint64_t Away() { return (kAwayRead - 1) * kStep + kGap; }
+
+  uint64_t yields_ = 0;
+  uint64_t turns_ = 0;
+};
+
+int CountKind(const std::vector<ScriptedCycleEnv::WaitRecord>& waits,
+              WaitKind kind) {
+  int count = 0;
+  for (const auto& wait : waits) count += wait.kind == kind ? 1 : 0;
+  return count;
+}
+
+// A healthy wait on a CPU of its own: its service turns spread out (the
+// fds' interval doubling to ~17 ms here), each looks at the fds, none
+// yields: a few system calls in 50 ms, not one per poll.
+TEST_F(BusyPollWaitTest, AnUndisturbedWaitLooksRarelyAndNeverYields) {
+  ASSERT_NO_FATAL_FAILURE(WaitForNothing(kSlowYield, /*go_away=*/false));
+  const auto& waits = scripted().waits();
+  ASSERT_GE(waits.size(), 3u);
+  EXPECT_LE(waits.size(), 10u);
+  for (const auto& wait : waits) {
+    EXPECT_EQ(wait.kind, WaitKind::kPeek);
+    EXPECT_GT(wait.fds, 0u);
+  }
+  EXPECT_EQ(yields_, 0u);
+  EXPECT_GE(turns_, waits.size());
+}
+
+// Back from being descheduled, the wait counts the CPU as contended for
+// ~33 ms (2^26 cycles): a turn every base interval that yields (kSpin), and
+// that looks at the fds only when their own interval is due; a yield that
+// ran another thread keeps the spell. After it, turns neither yield nor
+// come often.
+TEST_F(BusyPollWaitTest, AContendedSpellYieldsWithoutLookingAtTheFds) {
+  ASSERT_NO_FATAL_FAILURE(WaitForNothing(kSlowYield, /*go_away=*/true));
+  const auto& waits = scripted().waits();
+  size_t i = 0;
+  int before = 0;
+  for (; i < waits.size() && waits[i].cycles < Away(); ++i, ++before) {
+    EXPECT_EQ(waits[i].kind, WaitKind::kPeek) << "wait " << i;
+    EXPECT_GT(waits[i].fds, 0u) << "wait " << i;
+  }
+  EXPECT_GE(before, 2);
+  ASSERT_LT(i, waits.size());
+  EXPECT_GT(waits[i].fds, 0u) << "the turn after the gap looks at once";
+  int spins = 0;
+  int spins_looking = 0;
+  uint64_t last_spin = 0;
+  for (; i < waits.size() && waits[i].kind == WaitKind::kSpin; ++i) {
+    ++spins;
+    spins_looking += waits[i].fds > 0 ? 1 : 0;
+    last_spin = waits[i].cycles;
+  }
+  // A turn every 2^19 cycles (the yield's 2^18 within it): 128 in 2^26.
+  EXPECT_GE(spins, 100);
+  EXPECT_LE(spins, 130);
+  EXPECT_GE(spins_looking, 2);
+  EXPECT_LE(spins_looking, 8) << "a spell's yields look only when due";
+  EXPECT_LT(last_spin, Away() + BusyPollGate::kContendedCycles + kStep);
+  EXPECT_GT(last_spin, Away() + BusyPollGate::kContendedCycles -
+                           BusyPollGate::kBaseCycles - kSlowYield - kStep);
+  const int after = static_cast<int>(waits.size() - i);
+  EXPECT_GE(after, 1);
+  for (; i < waits.size(); ++i) {
+    EXPECT_EQ(waits[i].kind, WaitKind::kPeek) << "wait " << i;
+    EXPECT_GT(waits[i].fds, 0u) << "wait " << i;
+  }
+  EXPECT_LE(after, 4);
+  EXPECT_EQ(yields_, static_cast<uint64_t>(spins));
+  EXPECT_EQ(CountKind(waits, WaitKind::kSpin), spins);
+}
+
+// A yield that comes back at once ran nobody who needed the CPU (whatever
+// took it away is not helped by yielding): the spell ends after it.
+TEST_F(BusyPollWaitTest, AQuickYieldEndsTheSpell) {
+  ASSERT_NO_FATAL_FAILURE(WaitForNothing(kQuickYield, /*go_away=*/true));
+  const auto& waits = scripted().waits();
+  ASSERT_EQ(CountKind(waits, WaitKind::kSpin), 1);
+  EXPECT_EQ(yields_, 1u);
+  size_t spin = 0;
+  while (waits[spin].kind != WaitKind::kSpin) ++spin;
+  EXPECT_GE(waits[spin].cycles, Away());
+  EXPECT_GT(waits[spin].fds, 0u);
+  EXPECT_LE(waits.size(), 14u) << "no turn every base interval after it";
+  EXPECT_EQ(CountKind(waits, WaitKind::kBlock), 0);
+}
+
+}  // namespace
+}  // namespace rdma_transport

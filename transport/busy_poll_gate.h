@@ -24,15 +24,26 @@
 //    look. Until the counter is calibrated turns come every base interval.
 //  - A gap of more than kAwayCycles between two looks means the thread was
 //    descheduled (the CPU is shared: the peer may be waiting for it) or the
-//    caller was away: the service turn is due at once, with a look at the
-//    fds, and for the next kContendedCycles (about 25 ms) the CPU counts as
-//    contended: a service turn comes every base interval and yields
-//    (contended()), as every one did before the gate. The fds are looked
-//    at only when their own interval is due (FdsDue()): a yield is one
-//    system call, a yield and a look were two. On a CPU nobody else wants
-//    a turn does not yield: sched_yield would be one more system call for
-//    nothing. A gate for a poller that never yields (the Engine's) keeps
-//    no spells: a gap only makes the turn due at once.
+//    caller was away: the service turn is due at once (the clock: a
+//    deadline or timer may have passed), and for the next kContendedCycles
+//    (about 25 ms) the CPU counts as contended: a service turn comes every
+//    base interval and may yield (YieldDue()). The fds are looked at only
+//    when their own interval is due (FdsDue()), gap or not: a peer's death
+//    is seen within that interval as it would be without the gap, and a
+//    yield is one system call where a yield and a look were two (the look
+//    at once after each gap cost 0.07 calls a round trip over rxe on 7.2).
+//    On a CPU nobody else wants a turn does not yield: sched_yield would
+//    be one more system call for nothing. A gate for a poller that never
+//    yields (the Engine's) keeps no spells: a gap only makes the turn due
+//    at once, and outside a spell every turn looks.
+//  - A turn of a spell yields only once the wait has found nothing for
+//    kYieldAfterIdleCycles (about 0.4 ms; Progressed() says it found
+//    something): a reply that comes sooner (over rxe under TCG, a round
+//    trip takes 0.1-0.3 ms) is neither delayed nor charged a system call
+//    by a yield, and a wait that lasts longer, the one a worker runnable
+//    on this CPU may be holding up, yields every base interval. Over rxe on
+//    7.2 this took 0.13-0.17 system calls a round trip off 2.33, with the
+//    99th percentile no worse (docs/performance.md, issue 12).
 //  - A yield that gave the CPU away for less than kQuickYieldCycles
 //    (Yielded()) is taken to have run nobody who needed it, so whatever took
 //    the CPU away (a hypervisor running another vCPU, an interrupt) is not
@@ -56,7 +67,7 @@
 //     const uint64_t cycles = env.CycleCount();
 //     if (gate.Due(cycles, deadline)) {
 //       const Deadline now = env.Now();
-//       const bool yield = gate.contended(cycles);
+//       const bool yield = gate.YieldDue(cycles);
 //       const bool look = gate.FdsDue(cycles);
 //       bool found = Service(now);
 //       const uint64_t start = env.CycleCount();  // the wait alone is timed
@@ -94,6 +105,9 @@ class BusyPollGate {
   // hardware, 6-50 us in a qemu TCG guest; one that ran another thread
   // there took 0.1-0.4 ms.
   static constexpr uint64_t kQuickYieldCycles = uint64_t{1} << 16;
+  // About 0.4 ms at 2.5 GHz: how long a wait finds nothing before its
+  // turns in a spell yield.
+  static constexpr uint64_t kYieldAfterIdleCycles = uint64_t{1} << 20;
   static constexpr std::chrono::microseconds kCalibrationSpan{500};
 
   // Whether the service turn is due at `cycles` (Env::CycleCount() now) for a
@@ -101,12 +115,12 @@ class BusyPollGate {
   // last turn is planned for here, not an interval later).
   bool Due(uint64_t cycles, Deadline deadline) {
     if (cycles == 0) return true;
+    if (idle_since_ == 0) idle_since_ = cycles;
     const uint64_t gap = cycles - last_look_;
     const bool first = last_look_ == 0;
     last_look_ = cycles;
     if (first) return true;
     if (gap > kAwayCycles) {
-      fds_next_ = cycles;
       if (yields_) contended_until_ = cycles + kContendedCycles;
       return true;
     }
@@ -176,10 +190,23 @@ class BusyPollGate {
     if (took > kAwayCycles) contended_until_ = end + kContendedCycles;
   }
 
+  // Records that the poller found something (a completion): the wait that
+  // follows counts its idle time from its first Due(). Inline, a store.
+  void Progressed() { idle_since_ = 0; }
+
+  // Whether the service turn at `cycles` yields the CPU: in a contended
+  // spell, once the wait has found nothing for kYieldAfterIdleCycles (the
+  // time since the first Due() after Progressed()). Without a counter (0),
+  // always; for a gate that never yields, never.
+  bool YieldDue(uint64_t cycles) const {
+    return contended(cycles) &&
+           (cycles == 0 || cycles - idle_since_ >= kYieldAfterIdleCycles);
+  }
+
   // Whether the thread was descheduled within the last kContendedCycles
-  // before `cycles` and no yield since came back quickly: a service turn
-  // then yields the CPU. Without a counter (0), always; for a gate that
-  // never yields, never.
+  // before `cycles` and no yield since came back quickly: service turns
+  // then come every base interval and may yield (YieldDue()). Without a
+  // counter (0), always; for a gate that never yields, never.
   bool contended(uint64_t cycles) const {
     return yields_ &&
            (cycles == 0 || static_cast<int64_t>(contended_until_ - cycles) > 0);
@@ -226,9 +253,10 @@ class BusyPollGate {
   uint64_t last_look_ = 0;  // cycles at the previous Due()
   uint64_t next_ = 0;       // cycles at which the next turn is due
   uint64_t interval_ = kBaseCycles;
-  uint64_t fds_next_ = 0;          // cycles at which the fds are due a look
-  uint64_t contended_until_ = 0;   // cycles: yield until then
-  Deadline deadline_{};            // the deadline of the last Due()
+  uint64_t fds_next_ = 0;         // cycles at which the fds are due a look
+  uint64_t contended_until_ = 0;  // cycles: yield until then
+  uint64_t idle_since_ = 0;  // cycles at the first Due() since Progressed()
+  Deadline deadline_{};      // the deadline of the last Due()
   bool deadline_planned_ = false;  // deadline_cycles_ holds it
   uint64_t deadline_cycles_ = 0;
   uint64_t calibration_cycles_ = 0;

@@ -33,8 +33,9 @@ class SpinningThread {
   // Looks every `look` until `span` has passed; returns the times (since
   // the start) of the service turns taken, for a wait whose deadline is
   // `deadline` on a connection whose next timer is `timer`. A turn yields
-  // when contended and looks at the fds when they are due, as WaitLocked
-  // does; looks() and yields() count since the last Spin().
+  // when the gate says (YieldDue) and looks at the fds when they are due,
+  // as WaitLocked does; looks() and yields() count since the last Spin().
+  // The thread finds no completion (Progress() says it did).
   std::vector<microseconds> Spin(Clock::duration span, Deadline deadline,
                                  Deadline timer = kNoDeadline,
                                  microseconds look = microseconds(10)) {
@@ -48,7 +49,7 @@ class SpinningThread {
       if (gate_.Due(turn, deadline)) {
         turns.push_back(
             std::chrono::duration_cast<microseconds>(now_ - Deadline{}));
-        const bool yield = gate_.contended(turn);
+        const bool yield = gate_.YieldDue(turn);
         const bool looked = gate_.FdsDue(turn);
         const bool found = looked && found_;
         looks_ += looked ? 1 : 0;
@@ -69,6 +70,8 @@ class SpinningThread {
   int looks() const { return looks_; }
   int yields() const { return yields_; }
   void Skip(Clock::duration away) { now_ += away; }
+  // A poll found a completion: the next wait starts idle anew.
+  void Progress() { gate_.Progressed(); }
   // Spins until the turns have spread to the maximum, is away for 2 ms
   // (a spell is due), and from then on reports yields of `yield_cycles`.
   void SettleThenGoAway(uint64_t yield_cycles) {
@@ -201,14 +204,50 @@ TEST(BusyPollGateTest, AThreadThatWasAwayServesAtOnceAndOftenAgain) {
   SpinningThread thread(gate);
   thread.Spin(milliseconds(50), kNoDeadline);
   ASSERT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
-  // Descheduled for 2 ms (more than kAwayCycles): the next look serves,
-  // whatever the interval said, and looks at the fds and yields.
+  // Just after a turn (which looked), descheduled for 2 ms (more than
+  // kAwayCycles): the next look serves, whatever the interval said, and
+  // yields (the wait has been idle long); the fds wait for their own
+  // interval (~13 ms here).
+  while (thread.Spin(microseconds(10), kNoDeadline).empty()) {
+  }
+  ASSERT_EQ(thread.looks(), 1);
   thread.Skip(milliseconds(2));
   const std::vector<microseconds> after =
       thread.Spin(microseconds(10), kNoDeadline);
   EXPECT_EQ(after.size(), 1u);
-  EXPECT_EQ(thread.looks(), 1);
+  EXPECT_EQ(thread.looks(), 0);
   EXPECT_EQ(thread.yields(), 1);
+  EXPECT_TRUE(gate.contended(thread.cycles()));
+}
+
+// A spell's turn yields only once the wait has found nothing for
+// kYieldAfterIdleCycles (~420 us here): a wait that found something and
+// is answered within that neither waits for a yield nor pays for one.
+TEST(BusyPollGateTest, AWaitYieldsOnlyOnceItHasBeenIdleForAWhile) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.SettleThenGoAway(BusyPollGate::kQuickYieldCycles * 2);
+  ASSERT_EQ(thread.Spin(microseconds(10), kNoDeadline).size(), 1u);
+  ASSERT_EQ(thread.yields(), 1);  // idle for 50 ms: yields at once
+  ASSERT_TRUE(gate.contended(thread.cycles()));
+  const double idle_us =
+      BusyPollGate::kYieldAfterIdleCycles / SpinningThread::kCyclesPerNs / 1000;
+  for (int wait = 0; wait < 3; ++wait) {
+    thread.Progress();  // a completion; the next wait begins
+    // Its turns come every base interval (~210 us) but the first ones,
+    // within ~420 us of its start, do not yield.
+    const std::vector<microseconds> early = thread.Spin(
+        microseconds(static_cast<int64_t>(idle_us) - 20), kNoDeadline);
+    EXPECT_GE(early.size(), 1u) << "wait " << wait;
+    EXPECT_EQ(thread.yields(), 0) << "wait " << wait;
+    // From then on each turn yields (but one that fell just before the
+    // line).
+    const std::vector<microseconds> later =
+        thread.Spin(milliseconds(1), kNoDeadline);
+    EXPECT_GE(thread.yields(), 2) << "wait " << wait;
+    EXPECT_GE(thread.yields() + 1, static_cast<int>(later.size()))
+        << "wait " << wait;
+  }
   EXPECT_TRUE(gate.contended(thread.cycles()));
 }
 
@@ -233,20 +272,20 @@ TEST(BusyPollGateTest, AContendedCpuIsYieldedEveryBaseIntervalForAWhile) {
   EXPECT_EQ(thread.yields(), 0);
 }
 
-// A turn of a spell looks at the fds only when their interval is due: the
-// turn after the gap does, then every ~13 ms (the interval had grown), not
-// at each of the ~95 yields; one that finds something readable brings the
-// looks back to every base interval.
+// A turn of a spell looks at the fds only when their interval is due
+// (~13 ms: it had grown), not at each of the ~95 yields nor at once after
+// the gap; one that finds something readable brings the looks back to
+// every base interval.
 TEST(BusyPollGateTest, ASpellLooksAtTheFdsOnTheirOwnInterval) {
   BusyPollGate gate;
   SpinningThread thread(gate);
   thread.Spin(milliseconds(50), kNoDeadline);
   thread.Skip(milliseconds(2));
   EXPECT_GE(thread.Spin(milliseconds(10), kNoDeadline).size(), 45u);
-  EXPECT_EQ(thread.looks(), 1);
+  EXPECT_LE(thread.looks(), 1);
   EXPECT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
   thread.set_found(true);
-  thread.Spin(milliseconds(5), kNoDeadline);  // past the look at ~13 ms
+  thread.Spin(milliseconds(14), kNoDeadline);  // past a look ~13 ms apart
   EXPECT_GE(thread.looks(), 2);  // it found something; the next ones too
   EXPECT_EQ(gate.interval(), BusyPollGate::kBaseCycles);
   EXPECT_TRUE(gate.contended(thread.cycles()));
@@ -313,8 +352,9 @@ TEST(BusyPollGateTest, YieldsLongerThanAGapLookAtTheFdsOnTheirInterval) {
 }
 
 // The Engine's poller never yields: a gap makes the turn due at once (a
-// look at the fds after being away) but starts no spell, so the turns do
-// not come every base interval for nothing.
+// look at the fds after being away: outside a spell every turn looks) but
+// starts no spell, so the turns do not come every base interval for
+// nothing.
 TEST(BusyPollGateTest, AGateThatNeverYieldsKeepsNoSpell) {
   BusyPollGate gate(/*yields=*/false);
   SpinningThread thread(gate);

@@ -35,7 +35,8 @@ namespace {
 // the counter at kCyclesPerNs, and a yielding Wait (kSpin) takes `yield`
 // cycles and finds nothing. Every scripted Wait is recorded. Unscript()
 // hands back to the simulator, Now() going on from where the script left
-// it. Test-only; one thread.
+// it; a later Script() goes on with the counter, advanced by the time that
+// passed meanwhile. Test-only; one thread.
 class ScriptedCycleEnv : public Env {
  public:
   static constexpr uint64_t kCyclesPerNs = 2;
@@ -50,27 +51,33 @@ class ScriptedCycleEnv : public Env {
 
   void Script(uint64_t step, uint64_t yield) {
     start_ = Now();
+    if (stopped_ != Deadline{}) cycles_ += CyclesIn(start_ - stopped_);
+    script_base_ = cycles_;
     scripted_ = true;
-    cycles_ = kStart;
     step_ = step;
     yield_ = yield;
   }
-  // The `read`-th read of the counter from Script() on (the first is 1)
-  // comes `gap` cycles after the one before.
+  // The `read`-th read of the counter from now on (the next is 1) comes
+  // `gap` cycles after the one before.
   void GoAwayAt(uint64_t read, uint64_t gap) {
-    away_read_ = read;
+    away_read_ = reads_ + read;
     gap_ = gap;
   }
   void Unscript() {
-    offset_ += Now() - (sim_.Now() + offset_);
+    if (!scripted_) return;
+    stopped_ = Now();
+    offset_ += stopped_ - (sim_.Now() + offset_);
     scripted_ = false;
   }
 
+  // The counter now, since the first Script().
+  uint64_t cycles() const { return cycles_ - kStart; }
   const std::vector<WaitRecord>& waits() const { return waits_; }
 
   Deadline Now() override {
     if (!scripted_) return sim_.Now() + offset_;
-    return start_ + std::chrono::nanoseconds((cycles_ - kStart) / kCyclesPerNs);
+    return start_ +
+           std::chrono::nanoseconds((cycles_ - script_base_) / kCyclesPerNs);
   }
   bool virtual_time() const override {
     return !scripted_ && sim_.virtual_time();
@@ -90,12 +97,8 @@ class ScriptedCycleEnv : public Env {
     }
     waits_.push_back({cycles_ - kStart, kind, fds.size()});
     if (kind == WaitKind::kSpin) cycles_ += yield_;
-    if (kind == WaitKind::kBlock && wake > Now()) {
-      cycles_ += static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(wake - Now())
-              .count() *
-          kCyclesPerNs);
-    }
+    if (kind == WaitKind::kBlock && wake > Now())
+      cycles_ += CyclesIn(wake - Now());
     return 0;
   }
   void Notify() override { sim_.Notify(); }
@@ -105,10 +108,19 @@ class ScriptedCycleEnv : public Env {
 
  private:
   static constexpr uint64_t kStart = uint64_t{1} << 40;
+  static uint64_t CyclesIn(Clock::duration span) {
+    return static_cast<uint64_t>(
+               std::chrono::duration_cast<std::chrono::nanoseconds>(span)
+                   .count()) *
+           kCyclesPerNs;
+  }
+
   Env& sim_;
   bool scripted_ = false;
   Clock::duration offset_{};
-  Deadline start_{};
+  Deadline start_{};          // Now() at Script()
+  Deadline stopped_{};        // Now() at the last Unscript()
+  uint64_t script_base_ = 0;  // the counter at Script()
   uint64_t cycles_ = kStart;
   uint64_t reads_ = 0;
   uint64_t step_ = 0;
@@ -217,7 +229,10 @@ TEST_F(BusyPollWaitTest, AContendedSpellYieldsWithoutLookingAtTheFds) {
   }
   EXPECT_GE(before, 2);
   ASSERT_LT(i, waits.size());
-  EXPECT_GT(waits[i].fds, 0u) << "the turn after the gap looks at once";
+  // The turn after the gap yields at once (the wait has been idle for
+  // long); the fds were looked at ~3 ms before and wait for their interval.
+  EXPECT_EQ(waits[i].kind, WaitKind::kSpin);
+  EXPECT_EQ(waits[i].fds, 0u);
   int spins = 0;
   int spins_looking = 0;
   uint64_t last_spin = 0;
@@ -255,9 +270,65 @@ TEST_F(BusyPollWaitTest, AQuickYieldEndsTheSpell) {
   size_t spin = 0;
   while (waits[spin].kind != WaitKind::kSpin) ++spin;
   EXPECT_GE(waits[spin].cycles, Away());
-  EXPECT_GT(waits[spin].fds, 0u);
   EXPECT_LE(waits.size(), 14u) << "no turn every base interval after it";
   EXPECT_EQ(CountKind(waits, WaitKind::kBlock), 0);
+}
+
+// In a contended spell a wait that has just begun (its receive before
+// found a message) does not yield until it has found nothing for
+// kYieldAfterIdleCycles: a reply due sooner is not held up by a yield, nor
+// costs one. A wait that stays idle then yields every turn.
+TEST_F(BusyPollWaitTest, ANewWaitYieldsOnlyOnceItHasBeenIdleForAWhile) {
+  ConnectionOptions options;
+  options.progress = ProgressMode::kBusyPoll;
+  ASSERT_NO_FATAL_FAILURE(Connect(options));
+  std::byte buffer[64];
+  // A spell: away early in a wait that times out.
+  scripted().Script(kStep, kSlowYield);
+  scripted().GoAwayAt(2, kGap);
+  EXPECT_EQ(
+      client_->Receive(buffer, scripted().Now() + std::chrono::milliseconds(5))
+          .status()
+          .code(),
+      absl::StatusCode::kDeadlineExceeded);
+  ASSERT_GT(CountKind(scripted().waits(), WaitKind::kSpin), 0);
+  // On the simulator's clock the server's message reaches the client's CQ.
+  scripted().Unscript();
+  const std::byte ping[8] = {};
+  ASSERT_TRUE(
+      server_->Send(ping, scripted().DeadlineIn(std::chrono::seconds(1))).ok());
+  scripted().SleepUntil(scripted().Now() + std::chrono::microseconds(200));
+  // Scripted again, the spell still on: the receive finds it at once.
+  scripted().Script(kStep, kSlowYield);
+  absl::StatusOr<size_t> got =
+      client_->Receive(buffer, scripted().Now() + std::chrono::milliseconds(1));
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(*got, sizeof(ping));
+  // The next wait.
+  const size_t first = scripted().waits().size();
+  const uint64_t begun = scripted().cycles();
+  EXPECT_EQ(
+      client_->Receive(buffer, scripted().Now() + std::chrono::milliseconds(3))
+          .status()
+          .code(),
+      absl::StatusCode::kDeadlineExceeded);
+  const auto& waits = scripted().waits();
+  ASSERT_GT(waits.size(), first);
+  EXPECT_EQ(waits[first].kind, WaitKind::kPeek) << "a young wait";
+  size_t spin = first;
+  while (spin < waits.size() && waits[spin].kind != WaitKind::kSpin) ++spin;
+  ASSERT_LT(spin, waits.size()) << "an idle wait in a spell yields";
+  // Idle counts from the wait's first read of the counter (kStep after it
+  // began); turns come every base interval.
+  EXPECT_GE(waits[spin].cycles - begun,
+            BusyPollGate::kYieldAfterIdleCycles + kStep);
+  EXPECT_LT(waits[spin].cycles - begun, BusyPollGate::kYieldAfterIdleCycles +
+                                            BusyPollGate::kBaseCycles +
+                                            2 * kStep);
+  for (size_t i = spin; i < waits.size(); ++i) {
+    EXPECT_EQ(waits[i].kind, WaitKind::kSpin) << "wait " << i;
+  }
+  EXPECT_GE(waits.size() - spin, 3u);
 }
 
 }  // namespace

@@ -149,7 +149,9 @@ bool Connection::PollOnceLocked(std::unique_lock<ConnectionLock>& lock) {
     lock.unlock();
     engine_->Progress();
     lock.lock();
-    return engine_dispatched_ != before;
+    if (engine_dispatched_ == before) return false;
+    service_gate_.Progressed();
+    return true;
   }
   ibv_wc wcs[kPollBatch];
   absl::StatusOr<int> polled = verbs_.PollCq(cq_, kPollBatch, wcs);
@@ -162,6 +164,7 @@ bool Connection::PollOnceLocked(std::unique_lock<ConnectionLock>& lock) {
   }
   const int count = *polled;
   if (count == 0) return false;
+  service_gate_.Progressed();  // the wait that follows starts idle anew
   for (int i = 0; i < count; ++i) HandleCompletionLocked(wcs[i]);
   // Nothing owed (most polls): no call.
   if (owed_credits_.owed() != 0 || finished_owed_ != 0) {
@@ -282,10 +285,11 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
     wakeup_index = count;
     fds[count++] = {wakeup_fd_, POLLIN, 0};
   }
-  // A busy turn yields in a contended spell and looks at the fds when
-  // their interval is due (busy_poll_gate.h): a turn that only yields
-  // passes none, so that the Env makes one system call, not two.
-  const bool yield = busy && service_gate_.contended(cycles);
+  // A busy turn yields in a contended spell once the wait has found
+  // nothing for a while, and looks at the fds when their interval is due
+  // (busy_poll_gate.h): a turn that only yields passes none, so that the
+  // Env makes one system call, not two; one that does neither, none.
+  const bool yield = busy && service_gate_.YieldDue(cycles);
   const bool look = !busy || service_gate_.FdsDue(cycles);
   const WaitKind kind = !busy   ? WaitKind::kBlock
                         : yield ? WaitKind::kSpin

@@ -40,6 +40,11 @@ ABSL_FLAG(std::string, tc, "",
           "traffic class 0..255 (default: MC_IB_TC, else the system's)");
 ABSL_FLAG(std::string, progress, rdma_transport::BackendFlags{}.progress,
           "busy: spin on the CQ; event: sleep on the completion channel");
+ABSL_FLAG(bool, busy_poll_yields,
+          rdma_transport::BackendFlags{}.busy_poll_yields,
+          "--progress=busy: yield the CPU in long waits after the thread "
+          "was descheduled (ConnectionOptions::busy_poll_yields); false: "
+          "never, as perftest");
 ABSL_FLAG(std::string, thread_mode, rdma_transport::BackendFlags{}.thread_mode,
           "shared: a connection's lock is atomic; serialized: each "
           "connection is used by one thread at a time, no atomic lock "
@@ -136,6 +141,7 @@ BackendFlags BackendFlags::FromCommandLine() {
   flags.tc = absl::GetFlag(FLAGS_tc);
   flags.progress = absl::GetFlag(FLAGS_progress);
   flags.thread_mode = absl::GetFlag(FLAGS_thread_mode);
+  flags.busy_poll_yields = absl::GetFlag(FLAGS_busy_poll_yields);
   return flags;
 }
 

@@ -79,10 +79,11 @@ struct BackendFlags {
   std::string tc;                    // empty: MC_IB_TC applies
   std::string progress = "busy";     // busy | event
   std::string thread_mode = "shared";  // shared | serialized
+  bool busy_poll_yields = true;        // ConnectionOptions::busy_poll_yields
 
   // The values of --backend, --device, --peer_device, --profile,
-  // --gid_index, --inline, --tc, --progress and --thread_mode (after
-  // ParseToolCommandLine).
+  // --gid_index, --inline, --tc, --progress, --thread_mode and
+  // --busy_poll_yields (after ParseToolCommandLine).
   static BackendFlags FromCommandLine();
   // kInvalidArgument naming the flag when --backend, --inline, --progress
   // or --thread_mode is not one of its words.

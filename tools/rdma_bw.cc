@@ -1090,6 +1090,7 @@ int Main(int argc, char** argv) {
   ConnectionOptions options;
   options.progress = backend_flags.progress_mode();
   options.thread_mode = backend_flags.connection_thread_mode();
+  options.busy_poll_yields = backend_flags.busy_poll_yields;
   // The send queue (send_slots + max_rdma_batch + 4 entries) holds the
   // WRITE window too.
   options.send_slots =

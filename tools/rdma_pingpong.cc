@@ -21,9 +21,11 @@
 // the message's own bytes: a rendezvous message's never are
 // (ConnectionStats::inline_sends does not count its 20-byte request).
 // The CSV/JSON report adds the client's busy-poll service turns over the
-// size's round trips and how many of them yielded the CPU
-// (ConnectionStats::service_turns, service_yields): paced by time, not by
-// messages, so a slower run has more per round trip.
+// size's round trips, how many of them yielded the CPU and how many looked
+// at the fds (ConnectionStats::service_turns, service_yields,
+// service_looks): paced by time, not by messages, so a slower run has more
+// per round trip. --busy_poll_yields=false: waits never yield, as
+// perftest's.
 //
 // --zero_copy: the messages go by SendFrom() from a region registered once
 // (kRemoteRead) and come by ReceiveBorrowed() when they fit a slot (the
@@ -291,7 +293,8 @@ absl::Status Client(Connection& connection, const BenchBackend& backend,
         .Add("rendezvous_received", rendezvous_received)
         .Add("path", path)
         .Add("service_turns", after.service_turns - before.service_turns)
-        .Add("service_yields", after.service_yields - before.service_yields);
+        .Add("service_yields", after.service_yields - before.service_yields)
+        .Add("service_looks", after.service_looks - before.service_looks);
   }
   std::printf(
       "-------------------------------------------------------------------"
@@ -460,6 +463,7 @@ int Main(int argc, char** argv) {
   ConnectionOptions options;
   options.progress = backend_flags.progress_mode();
   options.thread_mode = backend_flags.connection_thread_mode();
+  options.busy_poll_yields = backend_flags.busy_poll_yields;
   pingpong.slot =
       pingpong.messages.Slot(*std::max_element(sizes->begin(), sizes->end()));
   options.max_message_size = pingpong.slot;

@@ -9,13 +9,21 @@
 //
 // The gate runs on the CPU's cycle counter (Env::CycleCount(), an
 // instruction):
-//  - A service turn is due `interval` cycles after the last one. The
-//    interval starts at kBaseCycles (about 0.2 ms at 2-3 GHz) and doubles
-//    at each look at the fds that found nothing readable, up to kMaxCycles
-//    (about 13 ms): a healthy connection under steady traffic makes one
-//    service turn per thousands of messages, and a peer's death or a
-//    device event is seen within that much (at 2^23, ~3 ms, the looks were
-//    0.15 of the 2.6 system calls a round trip over rxe on a 7.2 kernel).
+//  - The fds are due a look `interval` cycles after the last look, and
+//    never sooner than `interval` after the wait last found a completion
+//    (Progressed()): a completion is word from the peer's side (its process
+//    posted a receive or a send, or its NIC acknowledged ours), so a
+//    connection whose traffic flows needs no look to know its peer lives,
+//    and one whose peer died stops finding completions and looks within
+//    the interval. The interval starts at kBaseCycles (about 0.2 ms at
+//    2-3 GHz) and doubles at each look that found nothing readable, up to
+//    kMaxCycles (about 13 ms): a peer's death or a device event is seen
+//    within that much of the last completion (a device's fatal error also
+//    flushes the queues, which the next poll finds). Outside a contended
+//    spell a service turn comes only when the fds are due or the wake is
+//    (below). Looks on their interval alone cost 0.03 system calls a round
+//    trip over rxe on a 6.1 kernel (2.03 against perftest's 2.00); with
+//    the wait's progress deferring them, none (2.00).
 //  - It never passes the wait's wake (its deadline or the next timer):
 //    services calibrate cycles against the clock (over at least
 //    kCalibrationSpan), and the next turn comes when the wake is due by the
@@ -26,16 +34,15 @@
 //    descheduled (the CPU is shared: the peer may be waiting for it) or the
 //    caller was away: the service turn is due at once (the clock: a
 //    deadline or timer may have passed), and for the next kContendedCycles
-//    (about 25 ms) the CPU counts as contended: a service turn comes every
-//    base interval and may yield (YieldDue()). The fds are looked at only
-//    when their own interval is due (FdsDue()), gap or not: a peer's death
-//    is seen within that interval as it would be without the gap, and a
-//    yield is one system call where a yield and a look were two (the look
-//    at once after each gap cost 0.07 calls a round trip over rxe on 7.2).
+//    (about 25 ms) the CPU counts as contended: a wait idle long enough
+//    yields at its service turns (YieldDue(), below). The fds are looked
+//    at only when their own interval is due (FdsDue()), gap or not: a
+//    peer's death is seen within that interval as it would be without the
+//    gap, and a yield is one system call where a yield and a look were two
+//    (the look at once after each gap cost 0.07 calls a round trip over rxe
+//    on 7.2).
 //    On a CPU nobody else wants a turn does not yield: sched_yield would
-//    be one more system call for nothing. A gate for a poller that never
-//    yields (the Engine's) keeps no spells: a gap only makes the turn due
-//    at once, and outside a spell every turn looks.
+//    be one more system call for nothing.
 //  - A turn of a spell yields only once the wait has found nothing for
 //    kYieldAfterIdleCycles (about 0.4 ms; Progressed() says it found
 //    something): a reply that comes sooner (over rxe under TCG, a round
@@ -56,6 +63,17 @@
 //    wrong side of the line); starting no spell for ~25 ms after a quick
 //    yield (15a360d) saved 0.25 system calls a round trip there and doubled
 //    the 99th percentile (docs/performance.md, issue 12).
+//  - In a spell, a turn comes when the wait's next yield is due (it comes
+//    of age, or a base interval after its last yield), the fds are due or
+//    the wake is: a young wait reads no clock every base interval for a
+//    yield it will not make (a spell's turns had grown the client's service
+//    turns 5x on 6.1 when the idle rule came in).
+//  - A gate made with `yields` false (ConnectionOptions::busy_poll_yields
+//    false, and the Engine's poller, which looks at every turn) never
+//    yields and keeps no spells: a gap only makes the turn due at once. Over
+//    rxe on 7.2 that is perftest's 2.00 system calls a round trip and its
+//    99th percentile (about 1.7x ours with yields: the yields are what let
+//    rxe's kworkers in sooner than the scheduler's tick).
 //  - Without a cycle counter (cycles == 0) every look is a service turn
 //    that looks at the fds and yields.
 //
@@ -115,9 +133,17 @@ class BusyPollGate {
   // last turn is planned for here, not an interval later).
   bool Due(uint64_t cycles, Deadline deadline) {
     if (cycles == 0) return true;
-    if (idle_since_ == 0) idle_since_ = cycles;
-    const uint64_t gap = cycles - last_look_;
     const bool first = last_look_ == 0;
+    if (idle_since_ == 0) {
+      // The first Due() since the wait found a completion: the fds wait
+      // for their interval from here (not at the very first, which looks).
+      idle_since_ = cycles;
+      const uint64_t later = cycles + interval_;
+      if (!first && static_cast<int64_t>(later - fds_next_) > 0) {
+        fds_next_ = later;
+      }
+    }
+    const uint64_t gap = cycles - last_look_;
     last_look_ = cycles;
     if (first) return true;
     if (gap > kAwayCycles) {
@@ -133,12 +159,11 @@ class BusyPollGate {
             static_cast<int64_t>(cycles - deadline_cycles_) >= 0);
   }
 
-  // Whether the service turn at `cycles` is to look at the fds: always
-  // outside a contended spell (such turns come on the fds' interval),
-  // within one when the fds' interval is due.
+  // Whether the service turn at `cycles` is to look at the fds: when their
+  // interval is due (counted from the last look, and from the wait's last
+  // completion). Without a counter (0), always.
   bool FdsDue(uint64_t cycles) const {
-    return cycles == 0 || !contended(cycles) ||
-           static_cast<int64_t>(cycles - fds_next_) >= 0;
+    return cycles == 0 || static_cast<int64_t>(cycles - fds_next_) >= 0;
   }
 
   // Records the service turn taken at `cycles`, whose clock read `now`:
@@ -153,12 +178,19 @@ class BusyPollGate {
       interval_ = found ? kBaseCycles : std::min(interval_ * 2, kMaxCycles);
       fds_next_ = cycles + interval_;
     }
-    // In a spell every base interval; otherwise when the fds are due (a
-    // spell that ended at this turn leaves them due sooner than interval_).
-    const int64_t fds_in = static_cast<int64_t>(fds_next_ - cycles);
-    uint64_t step = contended(cycles)
-                        ? kBaseCycles
-                        : static_cast<uint64_t>(std::max<int64_t>(fds_in, 0));
+    // When the fds are due (a spell that ended at this turn leaves them due
+    // sooner than interval_), and in a spell when the wait's next yield is:
+    // as it comes of age, or a base interval after a yield.
+    const int64_t fds_in =
+        std::max<int64_t>(static_cast<int64_t>(fds_next_ - cycles), 0);
+    uint64_t step = static_cast<uint64_t>(fds_in);
+    if (contended(cycles)) {
+      const int64_t of_age =
+          static_cast<int64_t>(idle_since_ + kYieldAfterIdleCycles - cycles);
+      const int64_t yield_in =
+          of_age > 0 ? of_age : static_cast<int64_t>(kBaseCycles);
+      step = static_cast<uint64_t>(std::min(fds_in, yield_in));
+    }
     if (cycles_per_ns_ > 0) {
       const double wake_cycles =
           std::chrono::duration<double, std::nano>(wake - now).count() *

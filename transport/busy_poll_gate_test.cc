@@ -251,6 +251,66 @@ TEST(BusyPollGateTest, AWaitYieldsOnlyOnceItHasBeenIdleForAWhile) {
   EXPECT_TRUE(gate.contended(thread.cycles()));
 }
 
+// In a spell a young wait takes no service turn for a yield it will not
+// make: after the one planned before its completion came, its next turn
+// comes as it comes of age (~420 us here). Twenty waits answered in 380 us
+// take about a turn each, where a turn every base interval (~210 us) took
+// two.
+TEST(BusyPollGateTest, AYoungWaitInASpellTakesNoTurnUntilItComesOfAge) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.SettleThenGoAway(BusyPollGate::kQuickYieldCycles * 2);
+  ASSERT_EQ(thread.Spin(microseconds(10), kNoDeadline).size(), 1u);
+  ASSERT_EQ(thread.yields(), 1);
+  ASSERT_TRUE(gate.contended(thread.cycles()));
+  size_t turns = 0;
+  for (int wait = 0; wait < 20; ++wait) {
+    thread.Progress();
+    turns += thread.Spin(microseconds(380), kNoDeadline).size();
+    EXPECT_EQ(thread.yields(), 0) << "wait " << wait;
+  }
+  ASSERT_TRUE(gate.contended(thread.cycles()));
+  EXPECT_LE(turns, 21u);
+  // A wait that stays idle: no turn until it comes of age, then one that
+  // yields.
+  const int64_t idle_us =
+      static_cast<int64_t>(BusyPollGate::kYieldAfterIdleCycles /
+                           SpinningThread::kCyclesPerNs / 1000);
+  thread.Progress();
+  EXPECT_LE(thread.Spin(microseconds(idle_us - 20), kNoDeadline).size(), 1u);
+  EXPECT_EQ(thread.yields(), 0);
+  EXPECT_EQ(thread.Spin(microseconds(40), kNoDeadline).size(), 1u);
+  EXPECT_EQ(thread.yields(), 1);
+}
+
+// A connection whose traffic flows needs no look at the fds to know its
+// peer lives: they are due only once the wait has found no completion for
+// their interval (~13 ms here). A completion every 100 us for 100 ms makes
+// no look; when they stop, the look comes an interval after the last.
+TEST(BusyPollGateTest, CompletionsPutOffTheLookAtTheFds) {
+  BusyPollGate gate;
+  SpinningThread thread(gate);
+  thread.Spin(milliseconds(50), kNoDeadline);
+  ASSERT_EQ(gate.interval(), BusyPollGate::kMaxCycles);
+  int looks = 0;
+  for (int i = 0; i < 1000; ++i) {
+    thread.Progress();
+    thread.Spin(microseconds(100), kNoDeadline);
+    looks += thread.looks();
+  }
+  EXPECT_EQ(looks, 0);
+  thread.Progress();
+  const microseconds last =
+      std::chrono::duration_cast<microseconds>(thread.now() - Deadline{});
+  const std::vector<microseconds> turns =
+      thread.Spin(milliseconds(20), kNoDeadline);
+  EXPECT_EQ(thread.looks(), 1);
+  ASSERT_FALSE(turns.empty());
+  const double max_us =
+      BusyPollGate::kMaxCycles / SpinningThread::kCyclesPerNs / 1000;
+  EXPECT_NEAR(static_cast<double>((turns.back() - last).count()), max_us, 20);
+}
+
 TEST(BusyPollGateTest, AContendedCpuIsYieldedEveryBaseIntervalForAWhile) {
   BusyPollGate gate;
   SpinningThread thread(gate);
@@ -351,10 +411,10 @@ TEST(BusyPollGateTest, YieldsLongerThanAGapLookAtTheFdsOnTheirInterval) {
   EXPECT_TRUE(gate.contended(thread.cycles()));
 }
 
-// The Engine's poller never yields: a gap makes the turn due at once (a
-// look at the fds after being away: outside a spell every turn looks) but
-// starts no spell, so the turns do not come every base interval for
-// nothing.
+// A gate that never yields (the Engine's poller; a connection with
+// busy_poll_yields false): a gap makes the turn due at once (the clock: a
+// deadline may have passed) but starts no spell, so the turns do not come
+// every base interval for nothing.
 TEST(BusyPollGateTest, AGateThatNeverYieldsKeepsNoSpell) {
   BusyPollGate gate(/*yields=*/false);
   SpinningThread thread(gate);

@@ -77,6 +77,15 @@ struct ConnectionOptions {
   // recv_slots.
   uint32_t credit_batch = 0;
   ProgressMode progress = ProgressMode::kBusyPoll;
+  // Busy-poll waits yield the CPU (sched_yield) once they have found
+  // nothing for ~0.4 ms within ~25 ms of the thread having been
+  // descheduled (busy_poll_gate.h): a thread the poller keeps off its CPU
+  // (the peer's, or the kernel workers that move Soft-RoCE's packets) runs
+  // sooner than the scheduler's tick would let it in. false: never yield,
+  // as perftest does. Over rxe on a 7.2 kernel: 2.00 system calls a round
+  // trip as perftest's, against 2.14-2.20 with yields, and perftest's 99th
+  // percentile, about 1.7x the one with yields (docs/performance.md).
+  bool busy_poll_yields = true;
   ThreadMode thread_mode = ThreadMode::kShared;
   // The whole TCP handshake must finish within this.
   std::chrono::milliseconds handshake_timeout{5000};
@@ -134,9 +143,11 @@ struct ConnectionStats {
   // unless it sends a keepalive or meets the deadline it also polls the
   // setup stream and async-event fds: a system call or two,
   // busy_poll_gate.h), and of those the ones that also yielded the CPU
-  // (sched_yield: the thread had been descheduled within the last ~25 ms).
+  // (sched_yield: the thread had been descheduled within the last ~25 ms),
+  // and the ones that looked at the fds (a poll: their interval was due).
   uint64_t service_turns = 0;
   uint64_t service_yields = 0;
+  uint64_t service_looks = 0;
   uint32_t send_credits = 0;
   bool watchdog_armed = false;
 };

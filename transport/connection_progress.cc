@@ -295,6 +295,7 @@ absl::Status Connection::WaitLocked(std::unique_lock<ConnectionLock>& lock,
                         : yield ? WaitKind::kSpin
                                 : WaitKind::kPeek;
   if (yield) ++stats_.service_yields;
+  if (busy && look) ++stats_.service_looks;
   ++env_waiters_;
   ++wake_interest_;
   lock.unlock();

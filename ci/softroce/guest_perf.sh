@@ -34,7 +34,8 @@
 #   variants, with PERF_VARIANTS="name:binary[:VAR=value,...] ...": after
 #     each size's zero-copy run, the same run with another rdma_pingpong
 #     binary (on PATH: run_perf.sh --variant copies it in) and environment,
-#     both sides; tool rdma_pingpong_<name>_zero_copy in perf_latency.csv,
+#     both sides (a setting that starts with "--" is a flag given to that
+#     binary on both sides: "noyield:rdma_pingpong:--busy_poll_yields=false"); tool rdma_pingpong_<name>_zero_copy in perf_latency.csv,
 #     so that builds are compared within one run; with PERF_STRACE=1 each
 #     is counted too, copying (column "<name>, copy").
 #   PERF_LATENCY=0 leaves the latency part out, PERF_BW=0 the bandwidth.
@@ -200,12 +201,15 @@ run_pair() { # name, server command..., --, client command...
 pingpong_command_for() { # variant name ('' for rdma_pingpong itself)
   pingpong_command=(rdma_pingpong)
   [[ -z "$1" ]] && return 0
-  local spec binary settings envs=()
+  local spec binary settings setting list=() envs=() flags=()
   for spec in ${variants[@]+"${variants[@]}"}; do
     [[ "$spec" == "$1:"* ]] || continue
     IFS=: read -r _ binary settings <<<"$spec"
-    if [[ -n "$settings" ]]; then IFS=, read -r -a envs <<<"$settings"; fi
-    pingpong_command=(env ${envs[@]+"${envs[@]}"} "$binary")
+    if [[ -n "$settings" ]]; then IFS=, read -r -a list <<<"$settings"; fi
+    for setting in ${list[@]+"${list[@]}"}; do
+      if [[ "$setting" == --* ]]; then flags+=("$setting"); else envs+=("$setting"); fi
+    done
+    pingpong_command=(env ${envs[@]+"${envs[@]}"} "$binary" ${flags[@]+"${flags[@]}"})
     return 0
   done
   echo "guest_perf: no PERF_VARIANTS entry named $1" >&2

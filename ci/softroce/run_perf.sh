@@ -49,7 +49,7 @@
 # per round trip at 64 B: ib_send_lat, rdma_pingpong --zero_copy and each
 # variant, side by side in perf_events_table.txt), --events-only that
 # alone. --variant (repeatable) runs another rdma_pingpong build, with its
-# own environment, after each zero-copy latency run (tool
+# own environment and flags (settings that start with "--"), after each zero-copy latency run (tool
 # rdma_pingpong_NAME_zero_copy in perf_latency.csv), and in the system-call
 # count beside ours, copying. --kernel-args ARGS adds to the guest kernel's
 # command line (run_vm.sh: "tsc=reliable" keeps the guest's clocksource on
@@ -95,7 +95,8 @@ while (($#)); do
     --syscalls-by) envs+=(--env "PERF_SYSCALL_COUNTER=${2:?}"); shift 2 ;;
     --variant)
       # NAME=BINARY[:VAR=value,...]: another rdma_pingpong build, in the guest
-      # as rdma_pingpong_NAME (guest_perf.sh PERF_VARIANTS).
+      # as rdma_pingpong_NAME (guest_perf.sh PERF_VARIANTS); a setting that
+      # starts with "--" is a flag for it ("--busy_poll_yields=false").
       spec=${2:?}; vname=${spec%%=*}; rest=${spec#*=}; vbin=${rest%%:*}
       venv=''; if [[ "$rest" == *:* ]]; then venv=${rest#*:}; fi
       variant_files+=(--file "$(cd "$(dirname "$vbin")" && pwd)/$(basename "$vbin"):/usr/local/bin/rdma_pingpong_$vname")

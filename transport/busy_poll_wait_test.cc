@@ -239,7 +239,9 @@ TEST_F(BusyPollWaitTest, AContendedSpellYieldsWithoutLookingAtTheFds) {
   int before = 0;
   for (; i < waits.size() && waits[i].cycles < Away(); ++i, ++before) {
     EXPECT_EQ(waits[i].kind, WaitKind::kPeek) << "wait " << i;
-    if (i != 1) EXPECT_GT(waits[i].fds, 0u) << "wait " << i;
+    if (i != 1) {
+      EXPECT_GT(waits[i].fds, 0u) << "wait " << i;
+    }
   }
   EXPECT_GE(before, 2);
   ASSERT_LT(i, waits.size());

@@ -28,8 +28,8 @@ Connection::Connection(const Context& context, const ConnectionOptions& options,
                                               : options.recv_slots / 2),
       context_(context),
       options_(options),
-      name_(std::move(name)) {
-  service_gate_ = BusyPollGate(options.busy_poll_yields);
+      name_(std::move(name)),
+      service_gate_(options.busy_poll_yields) {
   std::random_device random;
   psn_ = random() & 0xffffff;
 }

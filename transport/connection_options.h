@@ -83,7 +83,7 @@ struct ConnectionOptions {
   // (the peer's, or the kernel workers that move Soft-RoCE's packets) runs
   // sooner than the scheduler's tick would let it in. false: never yield,
   // as perftest does. Over rxe on a 7.2 kernel: 2.00 system calls a round
-  // trip as perftest's, against 2.14-2.20 with yields, and perftest's 99th
+  // trip as perftest's, against 2.09-2.20 with yields, and perftest's 99th
   // percentile, about 1.7x the one with yields (docs/performance.md).
   bool busy_poll_yields = true;
   ThreadMode thread_mode = ThreadMode::kShared;
@@ -139,12 +139,11 @@ struct ConnectionStats {
   uint64_t keepalives = 0;
   uint64_t regions_bound = 0;  // BindRegion() successes
   // Busy-poll waits (ProgressMode::kBusyPoll, and blocking calls on an
-  // engine's connection): the service turns taken (each reads the clock;
-  // unless it sends a keepalive or meets the deadline it also polls the
-  // setup stream and async-event fds: a system call or two,
-  // busy_poll_gate.h), and of those the ones that also yielded the CPU
-  // (sched_yield: the thread had been descheduled within the last ~25 ms),
-  // and the ones that looked at the fds (a poll: their interval was due).
+  // engine's connection): the service turns taken (each reads the clock),
+  // and of those the ones that yielded the CPU (sched_yield: the thread had
+  // been descheduled within the last ~25 ms) and the ones that looked at
+  // the setup stream and async-event fds (a poll: their interval was due,
+  // busy_poll_gate.h).
   uint64_t service_turns = 0;
   uint64_t service_yields = 0;
   uint64_t service_looks = 0;

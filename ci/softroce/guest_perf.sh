@@ -35,8 +35,9 @@
 #     each size's zero-copy run, the same run with another rdma_pingpong
 #     binary (on PATH: run_perf.sh --variant copies it in) and environment,
 #     both sides (a setting that starts with "--" is a flag given to that
-#     binary on both sides: "noyield:rdma_pingpong:--busy_poll_yields=false"); tool rdma_pingpong_<name>_zero_copy in perf_latency.csv,
-#     so that builds are compared within one run; with PERF_STRACE=1 each
+#     binary on both sides: "noyield:rdma_pingpong:--busy_poll_yields=false");
+#     tool rdma_pingpong_<name>_zero_copy in perf_latency.csv, so that
+#     builds are compared within one run; with PERF_STRACE=1 each
 #     is counted too, copying (column "<name>, copy").
 #   PERF_LATENCY=0 leaves the latency part out, PERF_BW=0 the bandwidth.
 #   profile, with PERF_PROFILE=1: ib_send_lat and rdma_pingpong --inline=off

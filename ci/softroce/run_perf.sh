@@ -49,8 +49,9 @@
 # per round trip at 64 B: ib_send_lat, rdma_pingpong --zero_copy and each
 # variant, side by side in perf_events_table.txt), --events-only that
 # alone. --variant (repeatable) runs another rdma_pingpong build, with its
-# own environment and flags (settings that start with "--"), after each zero-copy latency run (tool
-# rdma_pingpong_NAME_zero_copy in perf_latency.csv), and in the system-call
+# own environment and flags (settings that start with "--"), after each
+# zero-copy latency run (tool rdma_pingpong_NAME_zero_copy in
+# perf_latency.csv), and in the system-call
 # count beside ours, copying. --kernel-args ARGS adds to the guest kernel's
 # command line (run_vm.sh: "tsc=reliable" keeps the guest's clocksource on
 # the TSC for the whole run, so that clock reads stay out of the counts). --update-docs puts perf_bw_table.md and the load into

@@ -88,7 +88,10 @@
 #   perf_latency.csv  repeat,bytes,tool,t_min_us,...,p99_9_us (one row a run)
 #   perf_bw.csv       repeat,bytes,tool,iterations,bw_peak_gbps,bw_average_gbps,
 #                     msg_rate_mpps,measured_at
-#   perf_summary.txt  the side-by-side table (also $PERF_SUMMARY when set)
+#   perf_summary.txt  the side-by-side table, and each rdma_pingpong
+#                     tool's (variants too) t_min over ib_send_lat's of the
+#                     same repeat, median over the repeats (also
+#                     $PERF_SUMMARY when set)
 #   perf_bw_table.md  the bandwidth table of docs/performance.md: every
 #                     repeat, the medians and the ratios
 #   perf_strace.csv   tool,bytes,iterations,side,syscall,calls (PERF_STRACE=1;
@@ -759,7 +762,8 @@ summarize() {
       k = $2 SUBSEP $3; v[k "min"] = v[k "min"] " " $4; v[k "typ"] = v[k "typ"] " " $6
       if ($3 == "rdma_pingpong_inline_auto") went[$2] = $11
       if ($3 == "rdma_pingpong_inline_off_zero_copy") zc_rows = 1
-      size[$2] = 1
+      size[$2] = 1; run[$2 SUBSEP $3 SUBSEP $1] = $4
+      if ($3 ~ /^rdma_pingpong/ && !($3 in ours)) { ours[$3] = 1; ours_list[++ours_n] = $3 }
     }
     FILENAME ~ /bw/ && FNR > 1 && $2 == bsize { b[$3] = b[$3] " " $6 }
     END {
@@ -791,6 +795,30 @@ summarize() {
           printf " | %-31s %-6s %-11s", zc_s, zc_t, (pt > 0 && zc > 0 ? sprintf("%.2f/%.2f", zc_b / pt_b, zc / pt) : "n/a")
         }
         printf "\n"
+      }
+      # Paired: a run over the ib_send_lat run of its own repeat and size,
+      # seconds apart, so that the host drifting between repeats (seen:
+      # ib_send_lat 13% slower in the first 3 repeats of 8 than in the
+      # last 5, at 4096 B) does not favour the tool that got the fast ones.
+      if (ours_n > 0) {
+        printf "\nPaired t_min ratio: each repeat'"'"'s run over ib_send_lat'"'"'s run of the same repeat and size; median of the repeats [min-max].\n"
+        printf "%-40s", "tool"
+        for (i = 1; i <= n; i++) printf " | %19d", sorted[i]
+        printf "\n"
+        for (t = 1; t <= ours_n; t++) {
+          printf "%-40s", ours_list[t]
+          for (i = 1; i <= n; i++) {
+            list = ""
+            for (rep = 1; rep <= repeats; rep++) {
+              a = sorted[i] SUBSEP ours_list[t] SUBSEP rep; p = sorted[i] SUBSEP "ib_send_lat" SUBSEP rep
+              if ((a in run) && (p in run) && run[p] > 0) list = list " " sprintf("%.4f", run[a] / run[p])
+            }
+            if (list == "") { printf " | %19s", "n/a"; continue }
+            m = median(list)
+            printf " | %5.3f [%5.3f-%5.3f]", m, lo[0], hi[0]
+          }
+          printf "\n"
+        }
       }
       printf "\nBandwidth at %s B, Gb/s average: median of %d repeats [min-max]\n", bsize, repeats
       split("ib_send_bw rdma_bw_send rdma_bw_send_zero_copy rdma_bw_send_zero_copy_blocking ib_write_bw rdma_bw_write", tools, " ")

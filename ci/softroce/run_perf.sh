@@ -13,7 +13,8 @@
 #                           [--bw-only] [--no-bw] [--strace] [--strace-only]
 #                           [--strace-sizes "64"] [--strace-iterations "200 1000"]
 #                           [--syscalls-by strace|perf]
-#                           [--profile] [--profile-only] [--events] [--events-only]
+#                           [--profile] [--profile-only] [--profile-size N]
+#                           [--events] [--events-only]
 #                           [--variant NAME=BINARY[:VAR=value,...]]...
 #                           [--kernel-args "tsc=reliable"] [--update-docs]
 #
@@ -42,9 +43,9 @@
 # tracepoint: nothing stopped, totals only; --strace-iterations then
 # defaults to "2000 20000") instead of strace. --profile
 # adds guest_perf.sh's PERF_PROFILE=1 (ib_send_lat and rdma_pingpong
-# --zero_copy at 64 B under a system-wide perf record -g -e cpu-clock;
-# reports in vm/<suite>/perf-raw/profile-*.txt), --profile-only runs that
-# alone. --events adds guest_perf.sh's PERF_EVENTS=1 (scheduler, workqueue,
+# --zero_copy at 64 B, or --profile-size N, under a system-wide perf
+# record -g -e cpu-clock; reports in vm/<suite>/perf-raw/profile-*.txt),
+# --profile-only runs that alone. --events adds guest_perf.sh's PERF_EVENTS=1 (scheduler, workqueue,
 # softirq, timer, network and system-call tracepoints counted system-wide
 # per round trip at 64 B: ib_send_lat, rdma_pingpong --zero_copy and each
 # variant, side by side in perf_events_table.txt), --events-only that
@@ -104,6 +105,7 @@ while (($#)); do
       variants+=("$vname:rdma_pingpong_$vname${venv:+:$venv}"); shift 2 ;;
     --profile) envs+=(--env "PERF_PROFILE=1"); shift ;;
     --profile-only) envs+=(--env "PERF_PROFILE=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
+    --profile-size) envs+=(--env "PERF_PROFILE_SIZE=${2:?}"); shift 2 ;;
     --events) envs+=(--env "PERF_EVENTS=1"); shift ;;
     --events-only) envs+=(--env "PERF_EVENTS=1" --env "PERF_LATENCY=0" --env "PERF_BW=0"); shift ;;
     --kernel-args) export SOFTROCE_KERNEL_ARGS=${2:?}; shift 2 ;;

@@ -448,8 +448,16 @@ class Connection final : private AsyncEventListener {
     size_t region_offset = 0;
     ReceivedMessage* borrowed = nullptr;  // kBorrow: the view handed out
   };
+  // Inline in connection_messaging.cc: an instance per receive call.
   absl::StatusOr<size_t> ReceiveMessage(const ReceiveTarget& target,
                                         Deadline deadline);
+  // ReceiveMessage() when the next message came by rendezvous (the head of
+  // arrived_): decodes its request and reads it into `target`.
+  absl::StatusOr<size_t> ReceiveRendezvousLocked(
+      std::unique_lock<ConnectionLock>& lock, const ReceiveTarget& target);
+  // kInvalidArgument: the next message (`size` bytes) does not fit the
+  // caller's `capacity`.
+  absl::Status TooSmallError(size_t size, size_t capacity) const;
 
   // All below run with mu_ held.
   absl::Status UsableLocked() const;
@@ -580,6 +588,12 @@ class Connection final : private AsyncEventListener {
   absl::Status SendRoomLocked(bool copy) const;
   // Sends [offset, offset + length) of `region` (kRemoteRead) by rendezvous
   // and waits until the peer has read it.
+  // Send() of a message larger than the peer's slot: by rendezvous (the
+  // buffer registered for it), or kInvalidArgument. Out of line, so that
+  // Send()'s frame is that of the eager path.
+  [[gnu::noinline]] absl::Status SendLargeLocked(
+      std::unique_lock<ConnectionLock>& lock,
+      std::span<const std::byte> message, Deadline deadline);
   absl::Status SendRendezvousLocked(std::unique_lock<ConnectionLock>& lock,
                                     const MemoryRegion& region, size_t offset,
                                     size_t length, Deadline deadline);

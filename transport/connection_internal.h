@@ -239,8 +239,7 @@ inline void Connection::HandleCompletionLocked(const ibv_wc& wc) {
     if (kind == static_cast<uint8_t>(WrKind::kRecv) &&
         (wc.wc_flags & IBV_WC_WITH_IMM)) {
       const uint32_t imm = ntohl(wc.imm_data);
-      if ((imm & kImmReservedBits) == 0 && ImmFinished(imm) == 0 &&
-          ImmKindOf(imm) == ImmKind::kData) {
+      if (ImmIsPlainData(imm)) {
         ++completions_;
         send_credits_.Return(ImmCredits(imm));
         PushArrivalLocked(static_cast<uint32_t>(WrIdValue(wc.wr_id)),

@@ -59,7 +59,7 @@ class FutexMutex {
   void unlock() {
     if (state_.exchange(kFree, std::memory_order_release) == kHeldWaiters)
         [[unlikely]] {
-      state_.notify_one();
+      WakeOne();
     }
   }
 
@@ -67,6 +67,12 @@ class FutexMutex {
   static constexpr uint32_t kFree = 0;
   static constexpr uint32_t kHeld = 1;
   static constexpr uint32_t kHeldWaiters = 2;
+
+  // Out of line: std::atomic::notify_one() inline made unlock() too big
+  // for the compiler to inline std::unique_lock's unlock() (an out-of-line
+  // call of 27 instructions a call on the message path, the simulator's
+  // profile).
+  [[gnu::noinline, gnu::cold]] void WakeOne() { state_.notify_one(); }
 
   // `seen`: the state the failed compare-exchange found (not kFree then).
   void LockContended(uint32_t seen) {

@@ -55,6 +55,11 @@ inline ImmKind ImmKindOf(uint32_t imm) {
   return static_cast<ImmKind>(imm >> 30);
 }
 inline uint32_t ImmCredits(uint32_t imm) { return imm & 0xffff; }
+// kData with no reserved bit and no finished count (credits only): the
+// common case, tested with one mask.
+inline bool ImmIsPlainData(uint32_t imm) { return (imm & 0xffff0000) == 0; }
+static_assert((3u << 30 | kImmReservedBits | kMaxFinishedPerImm << 16) ==
+              0xffff0000);
 inline uint32_t ImmFinished(uint32_t imm) { return (imm >> 16) & 0xff; }
 
 }  // namespace rdma_transport

@@ -14,12 +14,14 @@ SimVerbs: the work the NIC's provider would do, not the transport's).
 
 prints one line per group:
 
-  transport own 614.1 verbs 4389.5 calls 2768
-  raw own 192.0 verbs 4800.3 calls 2768
+  transport own 614.1 verbs 4389.5 made 5.06 calls 2768
+  raw own 192.0 verbs 4800.3 made 6.00 calls 2768
 
 `own` is what the group's functions (and whatever they called) executed
 outside the verbs backend, per call of the group's first function (per
-Send above: one message). Inclusive costs come from callgrind's call records (each call's
+Send above: one message); `made` the calls that code made (into the
+backend too), per call likewise; `calls` how many calls the figures are
+over. Inclusive costs come from callgrind's call records (each call's
 line carries its callee's inclusive cost), so the file must have them (the
 default). Only the first event (Ir) is used. Exit status 1 with a message
 when a group matches no function or the file has no calls into it.
@@ -78,7 +80,7 @@ def base_name(function):
 
 
 def group_cost(functions, verbs, self_cost, edge_cost, edge_calls):
-    """(own, verbs, calls): per call into the first of `functions`."""
+    """(own, verbs, calls made, calls): per call into the first function."""
     entries = []
     for wanted in functions:
         found = [f for f in self_cost if base_name(f) == wanted]
@@ -106,7 +108,11 @@ def group_cost(functions, verbs, self_cost, edge_cost, edge_calls):
                 frontier.append(b)
     backend = sum(c for (caller, callee), c in edge_cost.items()
                   if caller in reached and verbs.search(base_name(callee)))
-    return (total - backend) / calls, backend / calls, calls
+    # Calls made by that code (into the backend too): under qemu's TCG a
+    # call and its return cost far more than their instructions.
+    made = sum(n for (caller, callee), n in edge_calls.items()
+               if caller in reached and callee != caller)
+    return (total - backend) / calls, backend / calls, made / calls, calls
 
 
 def main():
@@ -125,13 +131,14 @@ def main():
     for group in args.group:
         label, _, functions = group.partition("=")
         try:
-            own, backend, calls = group_cost(functions.split(","), verbs,
-                                             self_cost, edge_cost, edge_calls)
+            own, backend, made, calls = group_cost(
+                functions.split(","), verbs, self_cost, edge_cost, edge_calls)
         except LookupError as error:
             print("callgrind_message_cost: %s: %s" % (label, error),
                   file=sys.stderr)
             return 1
-        print("%s own %.1f verbs %.1f calls %d" % (label, own, backend, calls))
+        print("%s own %.1f verbs %.1f made %.2f calls %d" %
+              (label, own, backend, made, calls))
     return 0
 
 

@@ -11,14 +11,17 @@
 # post SEND / poll / poll / repost of tests/raw_qp_pair.h) under valgrind's
 # callgrind, counting only inside those calls, and prints per message what
 # they executed outside the simulated NIC (SimVerbs): the transport's own
-# instructions against the raw loop's. The simulator's work stands for the
-# provider's, which both pay alike on a real NIC.
+# instructions against the raw loop's, and the calls that code made (into
+# SimVerbs too). The simulator's work stands for the provider's, which
+# both pay alike on a real NIC.
 #
-# Why instructions: over Soft-RoCE under qemu TCG every guest instruction
-# costs nanoseconds, and the ping-pong's gap to ib_send_lat is this
-# user-space path (docs/performance.md, issue 12); a latency run resolves
-# about 2% of it there, this count resolves one instruction. The count
-# depends on the compiler: compare builds made by the same one.
+# Why: over Soft-RoCE the ping-pong's gap to ib_send_lat is this user-space
+# path (the raw loop on the transport's own QP matches perftest:
+# docs/performance.md, issue 12), and a latency run there resolves about 2%
+# of t_min; these counts are exact. They are the path's hot cost: under
+# qemu TCG, between two messages of the ping-pong, a call and its return
+# cost about 3x what they do hot (section 2), which the calls column
+# tracks. The counts depend on the compiler: compare builds made by one.
 #
 # --inline: inline on (ConnectX-7's 236 B); default off, as perftest runs
 # over rxe. --binary: a transport_benchmark already built (-c opt, not
@@ -66,8 +69,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 connection=rdma_transport::Connection
 raw=rdma_transport::RawQpPair::Message
-[[ -n "$csv" ]] && echo "bytes,path,inline,transport_own,raw_own,ratio" >"$csv"
-printf '%6s  %-9s  %16s  %10s  %6s\n' bytes path "transport own" "raw own" ratio
+[[ -n "$csv" ]] && echo "bytes,path,inline,transport_own,raw_own,ratio,transport_calls,raw_calls" >"$csv"
+printf '%6s  %-9s  %14s  %8s  %6s  %16s  %9s\n' bytes path "transport own" "raw own" ratio "transport calls" "raw calls"
 for size in $sizes; do
   for zero_copy in 0 1; do
     if [[ $zero_copy == 1 ]]; then
@@ -91,8 +94,10 @@ for size in $sizes; do
       --group "raw=$raw")
     own=$(awk '$1 == "transport" {print $3}' <<<"$result")
     raw_own=$(awk '$1 == "raw" {print $3}' <<<"$result")
+    made=$(awk '$1 == "transport" {print $7}' <<<"$result")
+    raw_made=$(awk '$1 == "raw" {print $7}' <<<"$result")
     ratio=$(awk -v t="$own" -v r="$raw_own" 'BEGIN {printf "%.2f", t / r}')
-    printf '%6s  %-9s  %16s  %10s  %6s\n' "$size" "$path" "$own" "$raw_own" "$ratio"
-    [[ -n "$csv" ]] && echo "$size,$path,$allow_inline,$own,$raw_own,$ratio" >>"$csv"
+    printf '%6s  %-9s  %14s  %8s  %6s  %16s  %9s\n' "$size" "$path" "$own" "$raw_own" "$ratio" "$made" "$raw_made"
+    [[ -n "$csv" ]] && echo "$size,$path,$allow_inline,$own,$raw_own,$ratio,$made,$raw_made" >>"$csv"
   done
 done

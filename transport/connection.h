@@ -586,14 +586,14 @@ class Connection final : private AsyncEventListener {
   // PostSendFrom()'s kResourceExhausted when one message cannot be posted
   // now (`copy`: it needs a send slot), or OK.
   absl::Status SendRoomLocked(bool copy) const;
-  // Sends [offset, offset + length) of `region` (kRemoteRead) by rendezvous
-  // and waits until the peer has read it.
   // Send() of a message larger than the peer's slot: by rendezvous (the
   // buffer registered for it), or kInvalidArgument. Out of line, so that
   // Send()'s frame is that of the eager path.
   [[gnu::noinline]] absl::Status SendLargeLocked(
       std::unique_lock<ConnectionLock>& lock,
       std::span<const std::byte> message, Deadline deadline);
+  // Sends [offset, offset + length) of `region` (kRemoteRead) by rendezvous
+  // and waits until the peer has read it.
   absl::Status SendRendezvousLocked(std::unique_lock<ConnectionLock>& lock,
                                     const MemoryRegion& region, size_t offset,
                                     size_t length, Deadline deadline);

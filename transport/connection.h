@@ -547,6 +547,10 @@ class Connection final : private AsyncEventListener {
   // back to the pool (teardown).
   void ReturnHeldSlotsLocked();
   void MaybeReturnCreditsLocked();
+  // Whether what is owed to the peer is worth a credit message of its own
+  // (MaybeReturnCreditsLocked() sends one while it is and it can). Inline,
+  // connection_internal.h: the poll asks it before calling.
+  bool CreditMessageDueLocked() const;
   // A message's receive slot is done with: reposted (own ring: batched,
   // receive_reposts.h) and its credit owed while the peer may still send.
   // (Inline, in connection_internal.h.)

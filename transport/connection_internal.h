@@ -284,6 +284,15 @@ inline void Connection::RecycleSlotLocked(uint32_t slot) {
   }
 }
 
+inline bool Connection::CreditMessageDueLocked() const {
+  // The reposts still gathering count with what is owed: a credit
+  // message's slot is owed at once, beside them, and the two may reach the
+  // batch where neither alone does (the peer may then hold too few credits
+  // to send the data this side waits for).
+  return owed_credits_.WorthAMessageWith(reposts_.count()) ||
+         finished_owed_ > 0 || (credit_due_ && owed_credits_.owed() > 0);
+}
+
 inline uint32_t Connection::TakeImmLocked(ImmKind kind) {
   const uint32_t finished = std::min(finished_owed_, kMaxFinishedPerImm);
   finished_owed_ -= finished;

@@ -100,13 +100,8 @@ void Connection::PopArrivalLocked() {
 
 void Connection::MaybeReturnCreditsLocked() {
   if (!established_ || closing_ || !failure_.ok() || peer_closed_) return;
-  // The reposts still gathering count with what is owed: a credit
-  // message's slot is owed at once, beside them, and the two may reach the
-  // batch where neither alone does (the peer may then hold too few credits
-  // to send the data this side waits for).
-  while ((owed_credits_.WorthAMessageWith(reposts_.count()) ||
-          finished_owed_ > 0 || (credit_due_ && owed_credits_.owed() > 0)) &&
-         send_credits_.CanSendCreditReturn() && sq_.HasRoom(1)) {
+  while (CreditMessageDueLocked() && send_credits_.CanSendCreditReturn() &&
+         sq_.HasRoom(1)) {
     // Receives gathering after a message (RepostsMayGather) go first, so
     // that the credit message carries theirs too.
     if (!reposts_.empty() && !PostDeferredRepostsLocked().ok()) return;

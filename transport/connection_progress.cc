@@ -166,10 +166,8 @@ bool Connection::PollOnceLocked(std::unique_lock<ConnectionLock>& lock) {
   if (count == 0) return false;
   service_gate_.Progressed();  // the wait that follows starts idle anew
   for (int i = 0; i < count; ++i) HandleCompletionLocked(wcs[i]);
-  // Nothing worth a message of its own (most polls): no call. The test is
-  // MaybeReturnCreditsLocked()'s own, without the send-side checks.
-  if (owed_credits_.WorthAMessageWith(reposts_.count()) || finished_owed_ > 0 ||
-      (credit_due_ && owed_credits_.owed() > 0)) [[unlikely]] {
+  // Nothing worth a message of its own (most polls): no call.
+  if (CreditMessageDueLocked()) [[unlikely]] {
     MaybeReturnCreditsLocked();
   }
   // kEvent: a message this thread took off the CQ (while waiting in Send(),

@@ -57,9 +57,8 @@ def parse(path):
             line = line.rstrip("\n")
             if line.startswith("fn="):
                 function = name(line[3:])
-            elif line.startswith("cfn=") or line.startswith("cfi="):
-                if line.startswith("cfn="):
-                    callee = name(line[4:])
+            elif line.startswith("cfn="):
+                callee = name(line[4:])
             elif line.startswith("calls="):
                 edge_calls[(function, callee)] += int(line[6:].split()[0])
                 in_call = True

@@ -42,7 +42,7 @@ while [[ $# -gt 0 ]]; do
     --inline) allow_inline=1 ;;
     --binary) binary=$2; shift ;;
     --csv) csv=$2; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
     *) echo "message_instructions: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift

@@ -21,10 +21,12 @@ prints one line per group:
 outside the verbs backend, per call of the group's first function (per
 Send above: one message); `made` the calls that code made (into the
 backend too), per call likewise; `calls` how many calls the figures are
-over. Inclusive costs come from callgrind's call records (each call's
-line carries its callee's inclusive cost), so the file must have them (the
-default). Only the first event (Ir) is used. Exit status 1 with a message
-when a group matches no function or the file has no calls into it.
+over. A profile made with --branch-sim=yes adds `branches`: the
+conditional branches that code executed, per call (its own, as `own`).
+Inclusive costs come from callgrind's call records (each call's line
+carries its callee's inclusive cost), so the file must have them (the
+default). Exit status 1 with a message when a group matches no function
+or the file has no calls into it.
 """
 
 import argparse
@@ -34,8 +36,10 @@ import sys
 
 
 def parse(path):
-    """Self cost per function, inclusive cost per call edge, call counts."""
+    """Event names; self cost per function and inclusive cost per call
+    edge (a list per event); call counts per edge."""
     names = {}
+    events = ["Ir"]
 
     def name(text):
         # "(12) name" defines id 12; "(12)" refers back to it.
@@ -46,8 +50,8 @@ def parse(path):
             names[match.group(1)] = match.group(2)
         return names.get(match.group(1), match.group(1))
 
-    self_cost = collections.Counter()
-    edge_cost = collections.Counter()
+    self_cost = collections.defaultdict(lambda: [0] * len(events))
+    edge_cost = collections.defaultdict(lambda: [0] * len(events))
     edge_calls = collections.Counter()
     function = None
     callee = None
@@ -55,7 +59,9 @@ def parse(path):
     with open(path) as lines:
         for line in lines:
             line = line.rstrip("\n")
-            if line.startswith("fn="):
+            if line.startswith("events:"):
+                events[:] = line.split()[1:]
+            elif line.startswith("fn="):
                 function = name(line[3:])
             elif line.startswith("cfn="):
                 callee = name(line[4:])
@@ -63,14 +69,19 @@ def parse(path):
                 edge_calls[(function, callee)] += int(line[6:].split()[0])
                 in_call = True
             elif line and (line[0].isdigit() or line[0] in "+-*"):
-                fields = line.split()
-                cost = int(fields[1]) if len(fields) > 1 else 0
+                # The position, then one cost per event (trailing zeros
+                # may be left out).
+                costs = [int(field) for field in line.split()[1:]]
                 if in_call:
-                    edge_cost[(function, callee)] += cost
+                    target = edge_cost[(function, callee)]
                     in_call = False
                 elif function is not None:
-                    self_cost[function] += cost
-    return self_cost, edge_cost, edge_calls
+                    target = self_cost[function]
+                else:
+                    continue
+                for index, cost in enumerate(costs[:len(events)]):
+                    target[index] += cost
+    return events, self_cost, edge_cost, edge_calls
 
 
 def base_name(function):
@@ -78,8 +89,14 @@ def base_name(function):
     return re.sub(r"\(.*", "", function)
 
 
+def add(costs):
+    """The sum of cost lists, event by event."""
+    return [sum(column) for column in zip(*costs)] if costs else []
+
+
 def group_cost(functions, verbs, self_cost, edge_cost, edge_calls):
-    """(own, verbs, calls made, calls): per call into the first function."""
+    """(own, verbs, calls made, calls): per call into the first function;
+    own and verbs are lists, one figure per event."""
     entries = []
     for wanted in functions:
         found = [f for f in self_cost if base_name(f) == wanted]
@@ -91,9 +108,9 @@ def group_cost(functions, verbs, self_cost, edge_cost, edge_calls):
                 if callee in first and caller not in entries)
     if calls == 0:
         raise LookupError("no calls into %s" % functions[0])
-    total = sum(self_cost[f] for f in entries)
-    total += sum(c for (caller, callee), c in edge_cost.items()
-                 if caller in entries and callee not in entries)
+    total = add([self_cost[f] for f in entries] +
+                [c for (caller, callee), c in edge_cost.items()
+                 if caller in entries and callee not in entries])
     # What the entries reach without passing through the backend; the
     # calls from there into the backend are its cost, not theirs.
     reached = set(entries)
@@ -105,13 +122,15 @@ def group_cost(functions, verbs, self_cost, edge_cost, edge_calls):
                     base_name(b)):
                 reached.add(b)
                 frontier.append(b)
-    backend = sum(c for (caller, callee), c in edge_cost.items()
-                  if caller in reached and verbs.search(base_name(callee)))
+    backend = add([c for (caller, callee), c in edge_cost.items()
+                   if caller in reached and verbs.search(base_name(callee))])
+    backend = backend or [0] * len(total)
     # Calls made by that code (into the backend too): under qemu's TCG a
     # call and its return cost far more than their instructions.
     made = sum(n for (caller, callee), n in edge_calls.items()
                if caller in reached and callee != caller)
-    return (total - backend) / calls, backend / calls, made / calls, calls
+    own = [(t - b) / calls for t, b in zip(total, backend)]
+    return own, [b / calls for b in backend], made / calls, calls
 
 
 def main():
@@ -125,7 +144,7 @@ def main():
                         help="backend functions whose cost is not the "
                         "caller's own (regular expression)")
     args = parser.parse_args()
-    self_cost, edge_cost, edge_calls = parse(args.profile)
+    events, self_cost, edge_cost, edge_calls = parse(args.profile)
     verbs = re.compile(args.verbs)
     for group in args.group:
         label, _, functions = group.partition("=")
@@ -136,8 +155,11 @@ def main():
             print("callgrind_message_cost: %s: %s" % (label, error),
                   file=sys.stderr)
             return 1
-        print("%s own %.1f verbs %.1f made %.2f calls %d" %
-              (label, own, backend, made, calls))
+        line = "%s own %.1f verbs %.1f made %.2f calls %d" % (
+            label, own[0], backend[0], made, calls)
+        if "Bc" in events:
+            line += " branches %.1f" % own[events.index("Bc")]
+        print(line)
     return 0
 
 

@@ -11,17 +11,20 @@
 # post SEND / poll / poll / repost of tests/raw_qp_pair.h) under valgrind's
 # callgrind, counting only inside those calls, and prints per message what
 # they executed outside the simulated NIC (SimVerbs): the transport's own
-# instructions against the raw loop's, and the calls that code made (into
-# SimVerbs too). The simulator's work stands for the provider's, which
-# both pay alike on a real NIC.
+# instructions against the raw loop's, the conditional branches among
+# them, and the calls that code made (into SimVerbs too). The simulator's
+# work stands for the provider's, which both pay alike on a real NIC.
 #
 # Why: over Soft-RoCE the ping-pong's gap to ib_send_lat is this user-space
 # path (the raw loop on the transport's own QP matches perftest:
 # docs/performance.md, issue 12), and a latency run there resolves about 2%
-# of t_min; these counts are exact. They are the path's hot cost: under
-# qemu TCG, between two messages of the ping-pong, a call and its return
-# cost about 3x what they do hot (section 2), which the calls column
-# tracks. The counts depend on the compiler: compare builds made by one.
+# of t_min; these counts are exact. Under qemu TCG, between two messages
+# of the ping-pong, what the path costs is mostly its branches: a
+# conditional branch run once costs 20-30 ns there, an instruction in a
+# straight run about 0.35 ns ("What a branch costs cold", section 2), and
+# a call and its return about 3x their hot cost. The branches column
+# counts every execution (a loop's too); the message path has few loops.
+# The counts depend on the compiler: compare builds made by one.
 #
 # --inline: inline on (ConnectX-7's 236 B); default off, as perftest runs
 # over rxe. --binary: a transport_benchmark already built (-c opt, not
@@ -69,8 +72,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 connection=rdma_transport::Connection
 raw=rdma_transport::RawQpPair::Message
-[[ -n "$csv" ]] && echo "bytes,path,inline,transport_own,raw_own,ratio,transport_calls,raw_calls" >"$csv"
-printf '%6s  %-9s  %14s  %8s  %6s  %16s  %9s\n' bytes path "transport own" "raw own" ratio "transport calls" "raw calls"
+[[ -n "$csv" ]] && echo "bytes,path,inline,transport_own,raw_own,ratio,transport_branches,raw_branches,transport_calls,raw_calls" >"$csv"
+printf '%6s  %-9s  %14s  %8s  %6s  %18s  %12s  %16s  %9s\n' bytes path "transport own" "raw own" ratio "transport branches" "raw branches" "transport calls" "raw calls"
 for size in $sizes; do
   for zero_copy in 0 1; do
     if [[ $zero_copy == 1 ]]; then
@@ -82,7 +85,7 @@ for size in $sizes; do
     for call in "${calls[@]}"; do toggles+=(--toggle-collect="$connection::$call(*"); done
     out=$work/callgrind.$size.$zero_copy
     filter="BM_Overhead/size:$size/inline:$allow_inline/zero_copy:$zero_copy/serialized:0\$"
-    if ! valgrind --tool=callgrind "${toggles[@]}" --callgrind-out-file="$out" \
+    if ! valgrind --tool=callgrind --branch-sim=yes "${toggles[@]}" --callgrind-out-file="$out" \
         "$binary" --benchmark_filter="$filter" --benchmark_min_time=0.01 \
         >"$work/log" 2>&1; then
       echo "message_instructions: callgrind failed for $filter:" >&2
@@ -96,8 +99,10 @@ for size in $sizes; do
     raw_own=$(awk '$1 == "raw" {print $3}' <<<"$result")
     made=$(awk '$1 == "transport" {print $7}' <<<"$result")
     raw_made=$(awk '$1 == "raw" {print $7}' <<<"$result")
+    branches=$(awk '$1 == "transport" {print $11}' <<<"$result")
+    raw_branches=$(awk '$1 == "raw" {print $11}' <<<"$result")
     ratio=$(awk -v t="$own" -v r="$raw_own" 'BEGIN {printf "%.2f", t / r}')
-    printf '%6s  %-9s  %14s  %8s  %6s  %16s  %9s\n' "$size" "$path" "$own" "$raw_own" "$ratio" "$made" "$raw_made"
-    [[ -n "$csv" ]] && echo "$size,$path,$allow_inline,$own,$raw_own,$ratio,$made,$raw_made" >>"$csv"
+    printf '%6s  %-9s  %14s  %8s  %6s  %18s  %12s  %16s  %9s\n' "$size" "$path" "$own" "$raw_own" "$ratio" "$branches" "$raw_branches" "$made" "$raw_made"
+    [[ -n "$csv" ]] && echo "$size,$path,$allow_inline,$own,$raw_own,$ratio,$branches,$raw_branches,$made,$raw_made" >>"$csv"
   done
 done

@@ -17,6 +17,7 @@
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
 #include "transport/inline_size.h"
+#include "transport/one_test.h"
 #include "transport/rendezvous_request.h"
 #include "verbs_shim/verbs_error.h"
 
@@ -228,16 +229,17 @@ absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
       !checked.ok()) [[unlikely]] {
     return checked;
   }
-  if (length <= rendezvous_threshold_ || !path_.rendezvous) [[likely]] {
+  if (OneTest((length <= rendezvous_threshold_) | !path_.rendezvous))
+      [[likely]] {
     if (length > send_limit_) return TooLargeError(length);
     // By scatter/gather only when neither inline nor a copy goes first.
     const bool gather =
-        length > kSendFromCopyBytes &&
+        (length > kSendFromCopyBytes) &
         !ShouldSendInline(static_cast<uint32_t>(length), inline_.usable_inline);
     absl::StatusOr<uint64_t> seq = SendEagerLocked(
         lock, region.data() + offset, static_cast<uint32_t>(length),
         gather ? &region : nullptr, deadline);
-    if (!seq.ok() || !gather) return seq.status();
+    if (OneTest(!seq.ok() | !gather)) return seq.status();
     // Bounded by the QP's retry budget, as Write(): the NIC reads the
     // memory until the completion.
     return WaitForSeqLocked(lock, *seq, kNoDeadline);
@@ -348,11 +350,16 @@ absl::StatusOr<size_t> Connection::ReceiveRendezvousLocked(
 [[gnu::always_inline]] inline absl::StatusOr<size_t> Connection::ReceiveMessage(
     const ReceiveTarget& target, Deadline deadline) {
   using Mode = ReceiveTarget::Mode;
+  // A copy the compiler sees is never written: `target` itself is passed
+  // out of line (rendezvous), after which its mode would be read again at
+  // each test, a branch each (under qemu's TCG, 20-30 ns each on the
+  // ping-pong's path: docs/performance.md, "What a branch costs cold").
+  const Mode mode = target.mode;
   std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);
   // ReceiveBorrowed(&view): the slot the view holds goes back first, under
   // the same lock.
-  if (target.mode == Mode::kBorrow && target.borrowed->connection_ == this) {
+  if (mode == Mode::kBorrow && target.borrowed->connection_ == this) {
     const uint32_t held = target.borrowed->slot_;
     target.borrowed->connection_ = nullptr;
     target.borrowed->data_ = {};
@@ -372,14 +379,14 @@ absl::StatusOr<size_t> Connection::ReceiveRendezvousLocked(
       }
       const uint32_t slot = arrival.slot;
       const uint32_t length = arrival.length;
-      if (target.mode == Mode::kPeek) return size_t{length};
-      if (target.mode == Mode::kCopy && length > target.capacity) [[unlikely]] {
+      if (mode == Mode::kPeek) return size_t{length};
+      if (mode == Mode::kCopy && length > target.capacity) [[unlikely]] {
         return TooSmallError(length, target.capacity);
       }
       PopArrivalLocked();
       ++stats_.messages_received;
       stats_.bytes_received += length;
-      if (target.mode == Mode::kBorrow) {
+      if (mode == Mode::kBorrow) {
         ++stats_.views_held;
         // The view holds nothing here: ReceiveBorrowed() released it.
         ReceivedMessage& view = *target.borrowed;

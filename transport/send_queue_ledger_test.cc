@@ -127,6 +127,35 @@ TEST(SendQueueLedgerTest, BytesOutstandingFollowCompletionsAndWrap) {
   EXPECT_EQ(ledger.BytesOutstanding(), 0u);
 }
 
+// Stamp() counts one SGE without a loop and any other number with one:
+// both, and none (a zero-byte message), count their bytes.
+TEST(SendQueueLedgerTest, BytesOfNoneOneAndSeveralSges) {
+  SendQueueLedger ledger;
+  ledger.Reset(8, 1);
+  ibv_sge sges[3] = {};
+  sges[0].length = 100;
+  sges[1].length = 20;
+  sges[2].length = 3;
+  ibv_send_wr wrs[3] = {};
+  wrs[0].sg_list = sges;  // three SGEs: 123 bytes
+  wrs[0].num_sge = 3;
+  wrs[0].next = &wrs[1];
+  wrs[1].sg_list = nullptr;  // none: 0 bytes
+  wrs[1].num_sge = 0;
+  wrs[1].next = &wrs[2];
+  wrs[2].sg_list = &sges[1];  // one: 20 bytes
+  wrs[2].num_sge = 1;
+  ledger.Stamp(wrs, 3);
+  ledger.Posted(3);
+  EXPECT_EQ(ledger.BytesOutstanding(), 143u);
+  ledger.Completed(0);
+  EXPECT_EQ(ledger.BytesOutstanding(), 20u);
+  ledger.Completed(1);
+  EXPECT_EQ(ledger.BytesOutstanding(), 20u);
+  ledger.Completed(2);
+  EXPECT_EQ(ledger.BytesOutstanding(), 0u);
+}
+
 TEST(SendQueueLedgerTest, ChainsThatWrapMidChain) {
   // Chains of 3 through a queue of 4 wrap mid-chain at every position; the
   // ledger keeps its ring position without a division.

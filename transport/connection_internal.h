@@ -24,7 +24,6 @@
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/inline_size.h"
-#include "transport/one_test.h"
 #include "transport/wr_id.h"
 
 namespace rdma_transport {
@@ -82,30 +81,14 @@ class Connection::CallScope {
       : connection_(connection), lock_(lock) {
     ++connection_.active_calls_;
   }
-  // One test on the common way out (busy polling, and a call that others
-  // overlap or nobody to wake): one_test.h.
   ~CallScope() {
-    Connection& c = connection_;
-    if (OneTest((c.event_mode_ & lock_.owns_lock()) |
-                ((c.active_calls_ == 1) & (c.wake_interest_ != 0))))
-        [[unlikely]] {
-      Leave();
-      return;
-    }
-    --c.active_calls_;
-  }
-
- private:
-  // The way out that does something: kEvent's LeaveLocked() (it may let
-  // go of the lock; the call still counts meanwhile), then the count, and
-  // the wake of whoever waits for it to reach zero.
-  [[gnu::noinline]] void Leave() {
     if (connection_.event_mode_ && lock_.owns_lock()) {
       connection_.LeaveLocked(lock_);
     }
     if (--connection_.active_calls_ == 0) connection_.NotifyLocked();
   }
 
+ private:
   Connection& connection_;
   std::unique_lock<ConnectionLock>& lock_;
 };
@@ -139,8 +122,7 @@ Connection::PostMessageLocked(const std::byte* data, uint32_t size,
   // PostRecv was 0.46-0.74 us of the 1.9 us from a ping's arrival to the
   // echo's post (docs/performance.md, issue 12). Otherwise before it, and
   // the message carries their credits.
-  if (OneTest(!reposts_.empty() &
-              !owed_credits_.RepostsMayFollow(reposts_.count()))) [[unlikely]] {
+  if (!reposts_.empty() && !owed_credits_.RepostsMayFollow(reposts_.count())) {
     if (absl::Status status = PostDeferredRepostsLocked(); !status.ok()) {
       return status;
     }
@@ -204,12 +186,9 @@ Connection::PostMessageLocked(const std::byte* data, uint32_t size,
 }
 
 inline bool Connection::CanPostMessageLocked(bool copy) const {
-  // Without short cuts, for one branch in the caller (one_test.h): each
-  // reads memory the message path touches anyway, and next_send_slot_
-  // always names a slot.
-  return send_credits_.CanSendData() & sq_.HasRoom(1) &
-         (async_.posted == async_.count) &
-         (!copy | (send_slot_seq_[next_send_slot_] <= sq_.completed()));
+  return send_credits_.CanSendData() && sq_.HasRoom(1) &&
+         async_.posted == async_.count &&
+         (!copy || send_slot_seq_[next_send_slot_] <= sq_.completed());
 }
 
 // Always inline: Send() and SendFrom() post through it, and its frame
@@ -222,7 +201,7 @@ Connection::SendEagerLocked(std::unique_lock<ConnectionLock>& lock,
                             ImmKind kind) {
   const bool send_inline = ShouldSendInline(size, inline_.usable_inline);
   const bool copy = !send_inline && from == nullptr;
-  if (OneTest(!failure_.ok() | peer_closed_ | !CanPostMessageLocked(copy)))
+  if (!failure_.ok() || peer_closed_ || !CanPostMessageLocked(copy))
       [[unlikely]] {
     if (absl::Status ready = WaitToPostMessageLocked(lock, copy, deadline);
         !ready.ok()) {
@@ -252,14 +231,13 @@ inline absl::Status Connection::CheckSendSourceLocked(
 inline void Connection::HandleCompletionLocked(const ibv_wc& wc) {
   if (wc.status == IBV_WC_SUCCESS) [[likely]] {
     const uint8_t kind = WrIdKind(wc.wr_id);
-    if (OneTest((kind == static_cast<uint8_t>(WrKind::kSendData)) &
-                (async_.count == 0))) {
+    if (kind == static_cast<uint8_t>(WrKind::kSendData) && async_.count == 0) {
       sq_.Completed(SequenceFromWrIdValue(WrIdValue(wc.wr_id), sq_.posted()));
       ++completions_;
       return;
     }
-    if (OneTest((kind == static_cast<uint8_t>(WrKind::kRecv)) &
-                ((wc.wc_flags & IBV_WC_WITH_IMM) != 0))) {
+    if (kind == static_cast<uint8_t>(WrKind::kRecv) &&
+        (wc.wc_flags & IBV_WC_WITH_IMM)) {
       const uint32_t imm = ntohl(wc.imm_data);
       if (ImmIsPlainData(imm)) {
         ++completions_;
@@ -291,7 +269,7 @@ inline void Connection::RecycleSlotLocked(uint32_t slot) {
   // A shared slot goes back to the engine's pool whatever became of this
   // connection; a slot of its own only while the peer may use it.
   // (A slot is only ever recycled once established_.)
-  const bool peer_may_send = OneTest(open_ & !peer_closed_);
+  const bool peer_may_send = open_ && !peer_closed_;
   if (srq_pool_ != nullptr) [[unlikely]] {
     RecycleSharedSlotLocked(slot, peer_may_send);
     return;
@@ -301,8 +279,7 @@ inline void Connection::RecycleSlotLocked(uint32_t slot) {
   // Posted with the others once their credits are worth announcing
   // (receive_reposts.h).
   reposts_.Add(slot);
-  if (OneTest(reposts_.full() |
-              owed_credits_.WorthAMessageWith(reposts_.count()))) [[unlikely]] {
+  if (reposts_.full() || owed_credits_.WorthAMessageWith(reposts_.count())) {
     PostRepostsAndCreditsLocked();
   }
 }
@@ -312,17 +289,14 @@ inline bool Connection::CreditMessageDueLocked() const {
   // message's slot is owed at once, beside them, and the two may reach the
   // batch where neither alone does (the peer may then hold too few credits
   // to send the data this side waits for).
-  // One branch for the poll, which tests it per batch (one_test.h).
-  return OneTest(owed_credits_.WorthAMessageWith(reposts_.count()) |
-                 (finished_owed_ > 0) |
-                 (credit_due_ & (owed_credits_.owed() > 0)));
+  return owed_credits_.WorthAMessageWith(reposts_.count()) ||
+         finished_owed_ > 0 || (credit_due_ && owed_credits_.owed() > 0);
 }
 
 inline uint32_t Connection::TakeImmLocked(ImmKind kind) {
   const uint32_t finished = std::min(finished_owed_, kMaxFinishedPerImm);
   finished_owed_ -= finished;
-  // Still due only if more is owed than this immediate carries.
-  credit_due_ &= owed_credits_.owed() > kMaxCreditsPerImm;
+  if (owed_credits_.owed() <= kMaxCreditsPerImm) credit_due_ = false;
   return EncodeImm(kind, owed_credits_.Take(), finished);
 }
 

@@ -17,7 +17,6 @@
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
 #include "transport/inline_size.h"
-#include "transport/one_test.h"
 #include "transport/rendezvous_request.h"
 #include "verbs_shim/verbs_error.h"
 
@@ -229,17 +228,16 @@ absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
       !checked.ok()) [[unlikely]] {
     return checked;
   }
-  if (OneTest((length <= rendezvous_threshold_) | !path_.rendezvous))
-      [[likely]] {
+  if (length <= rendezvous_threshold_ || !path_.rendezvous) [[likely]] {
     if (length > send_limit_) return TooLargeError(length);
     // By scatter/gather only when neither inline nor a copy goes first.
     const bool gather =
-        (length > kSendFromCopyBytes) &
+        length > kSendFromCopyBytes &&
         !ShouldSendInline(static_cast<uint32_t>(length), inline_.usable_inline);
     absl::StatusOr<uint64_t> seq = SendEagerLocked(
         lock, region.data() + offset, static_cast<uint32_t>(length),
         gather ? &region : nullptr, deadline);
-    if (OneTest(!seq.ok() | !gather)) return seq.status();
+    if (!seq.ok() || !gather) return seq.status();
     // Bounded by the QP's retry budget, as Write(): the NIC reads the
     // memory until the completion.
     return WaitForSeqLocked(lock, *seq, kNoDeadline);
@@ -350,10 +348,9 @@ absl::StatusOr<size_t> Connection::ReceiveRendezvousLocked(
 [[gnu::always_inline]] inline absl::StatusOr<size_t> Connection::ReceiveMessage(
     const ReceiveTarget& target, Deadline deadline) {
   using Mode = ReceiveTarget::Mode;
-  // A copy the compiler sees is never written: `target` itself is passed
-  // out of line (rendezvous), after which its mode would be read again at
-  // each test, a branch each (under qemu's TCG, 20-30 ns each on the
-  // ping-pong's path: docs/performance.md, "What a branch costs cold").
+  // A copy the compiler sees is never written: `target` itself goes out of
+  // line (the rendezvous path), after which its mode was read again and
+  // tested at each use instead of folded.
   const Mode mode = target.mode;
   std::unique_lock<ConnectionLock> lock = Enter();
   CallScope call(*this, lock);

@@ -16,7 +16,6 @@
 #include "transport/completion_status.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
-#include "transport/one_test.h"
 #include "verbs_shim/verbs_error.h"
 
 namespace rdma_transport {
@@ -142,9 +141,8 @@ void Connection::DispatchCompletionLocked(const ibv_wc& wc) {
 }
 
 bool Connection::PollOnceLocked(std::unique_lock<ConnectionLock>& lock) {
-  // One test for the two rare cases (no CQ yet, the engine's CQ).
-  if (OneTest((cq_ == nullptr) | engine_attached_)) [[unlikely]] {
-    if (cq_ == nullptr) return false;
+  if (cq_ == nullptr) return false;
+  if (engine_attached_) {
     // The CQ is shared: the engine polls it and hands each completion to
     // its connection, this one included (EngineDispatch takes mu_).
     const uint64_t before = engine_dispatched_;
@@ -173,12 +171,9 @@ bool Connection::PollOnceLocked(std::unique_lock<ConnectionLock>& lock) {
     MaybeReturnCreditsLocked();
   }
   // kEvent: a message this thread took off the CQ (while waiting in Send(),
-  // say) is announced now, not when the thread leaves. One test when there
-  // is neither a readiness fd nor anyone to wake (most polls).
-  if (OneTest((ready_fd_ >= 0) | (wake_interest_ != 0))) [[unlikely]] {
-    if (ready_fd_ >= 0 && !ready_set_) UpdateReadinessLocked();
-    NotifyLocked();
-  }
+  // say) is announced now, not when the thread leaves.
+  if (ready_fd_ >= 0 && !ready_set_) UpdateReadinessLocked();
+  NotifyLocked();
   return true;
 }
 

@@ -28,7 +28,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "transport/one_test.h"
 #include "verbs_shim/verbs.h"
 
 namespace rdma_transport {
@@ -84,10 +83,8 @@ class MemoryRegion {
   absl::Status CheckRange(size_t offset, size_t length) const;
   // CheckRange(offset, length).ok(), without making a Status.
   bool Holds(size_t offset, size_t length) const {
-    // One branch for the range (one_test.h; unsigned: past the end,
-    // length - offset wraps, and the first comparison says no).
-    return mr_ != nullptr &&
-           OneTest((offset <= mr_->length) & (length <= mr_->length - offset));
+    return mr_ != nullptr && offset <= mr_->length &&
+           length <= mr_->length - offset;
   }
 
   // Deregisters now; the status is the verbs call's.

@@ -47,29 +47,27 @@ class SendQueueLedger {
   // interval requires. Does not count them posted: Posted() does, after
   // ibv_post_send took them. Inline: every message is stamped, and a call
   // of its own showed in the simulator's profile.
-  // Selects rather than branches where it can: a message is stamped once,
-  // and under qemu's TCG each branch of that code costs 20-30 ns cold
-  // (docs/performance.md, "What a branch costs cold").
   void Stamp(ibv_send_wr* first, uint32_t count) {
     ibv_send_wr* wr = first;
     uint32_t slot = posted_slot_;
     for (uint32_t i = 0; i < count; ++i, wr = wr->next) {
       const uint64_t seq = posted_ + i;
       wr->wr_id = WithWrIdValue(wr->wr_id, seq);
-      const bool signaled = ((wr->send_flags & IBV_SEND_SIGNALED) != 0) |
-                            (unsignaled_run_ + 1 >= signal_interval_);
-      wr->send_flags |= signaled ? unsigned{IBV_SEND_SIGNALED} : 0u;
-      unsignaled_run_ = signaled ? 0 : unsignaled_run_ + 1;
-      signaled_end_ = signaled ? seq + 1 : signaled_end_;
-      if (wr->num_sge == 1) [[likely]] {
-        bytes_posted_ += wr->sg_list[0].length;
+      if (!(wr->send_flags & IBV_SEND_SIGNALED) &&
+          unsignaled_run_ + 1 >= signal_interval_) {
+        wr->send_flags |= IBV_SEND_SIGNALED;
+      }
+      if (wr->send_flags & IBV_SEND_SIGNALED) {
+        unsignaled_run_ = 0;
+        signaled_end_ = seq + 1;
       } else {
-        for (int s = 0; s < wr->num_sge; ++s) {
-          bytes_posted_ += wr->sg_list[s].length;
-        }
+        ++unsignaled_run_;
+      }
+      for (int s = 0; s < wr->num_sge; ++s) {
+        bytes_posted_ += wr->sg_list[s].length;
       }
       bytes_through_[slot] = bytes_posted_;
-      slot = slot + 1 == depth_ ? 0 : slot + 1;
+      if (++slot == depth_) slot = 0;
     }
   }
   // `count` more work requests are on the queue.

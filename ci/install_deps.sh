@@ -6,12 +6,16 @@
 #   ci/install_deps.sh            build + test with Bazel (the default)
 #   ci/install_deps.sh vm         also the Soft-RoCE VM stage (qemu, kernel tools, perftest)
 #   ci/install_deps.sh all        everything
+#
+# Installing needs root: run by another user, it runs itself again through
+# sudo when something is missing (and says so when there is no sudo).
 set -euo pipefail
 
 build_packages=(
   bazel-bootstrap bazel-rules-cc bazel-rules-java bazel-skylib
   libgtest-dev libgmock-dev libbenchmark-dev libabsl-dev libibverbs-dev
   g++ clang clang-format libclang-rt-14-dev pkg-config
+  valgrind python3
 )
 vm_packages=(
   qemu-system-x86 busybox-static kmod cpio xz-utils zstd
@@ -34,6 +38,15 @@ done
 if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#wanted[@]} packages present"
   exit 0
+fi
+if ((EUID != 0)); then
+  if ! command -v sudo >/dev/null; then
+    echo "install_deps: ${missing[*]} missing, and installing needs root:" \
+      "run this as root, or as a user who may sudo" >&2
+    exit 1
+  fi
+  echo "install_deps: not root: installing through sudo"
+  exec sudo "$0" "$@"
 fi
 echo "install_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive

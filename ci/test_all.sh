@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine and runs every test rdma_transport has.
-# This is the README's test command and what .ci/run calls. Run as root (it
-# installs Debian packages). Each stage prints a banner and its duration; the
-# script stops at the first failing stage with that stage's status.
+# This is the README's test command, which .ci/run runs as the README writes
+# it. It runs as root (it installs Debian packages, and the Bazel 7 chroot
+# and the Soft-RoCE VMs' tools need root): run by another user, it runs
+# itself again through sudo. Each stage prints a banner and its duration;
+# the script stops at the first failing stage with that stage's status.
 #
 #   1. lint                              clang-format, buildifier (ci/lint.sh)
 #   2. bazel test --config=werror //...  unit, mock and sim suites (gcc, -Werror)
@@ -11,7 +13,9 @@
 #   4. TSan                              the threaded suites
 #   5. fuzzing                           handshake decoder, MC_* parser
 #   6. tools on the sim                  rdma_demo, rdma_pingpong, rdma_bw, benchmarks,
-#                                        the 64-host scale run
+#                                        the 64-host scale run; the message path's
+#                                        instruction budget (callgrind, 64 B), and
+#                                        the same check failing a lowered budget
 #   7. downstream                        a separate workspace consuming rdma_transport,
 #                                        and the docs' WORKSPACE code blocks
 #   8. Bazel 7 (bzlmod)                  the repository as root module, the bzlmod
@@ -30,6 +34,22 @@
 # changed; every test still runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ((EUID != 0)); then
+  if ! command -v sudo >/dev/null; then
+    echo "test_all: needs root (Debian packages, the Bazel 7 chroot, the" \
+      "Soft-RoCE VMs): run it as root, or as a user who may sudo" >&2
+    exit 1
+  fi
+  echo "test_all: not root: running as root through sudo"
+  # The knobs this script and its stages read (docs/testing.md).
+  knobs=(BAZEL7_STAGE SOFTROCE_STAGE SOFTROCE_CACHE_DIR SOFTROCE_KERNELS
+    SOFTROCE_LOADED_KERNELS SOFTROCE_TIMEOUT SOFTROCE_INFRA_RETRIES
+    SOFTROCE_KNOWN_FAILURES FUZZ_SECONDS FUZZ_HANDSHAKE_RUNS FUZZ_MAX_SECONDS
+    BAZEL_DISK_CACHE_MAX_GB DOC_EXAMPLES_DISK_CACHE
+    DOC_EXAMPLES_BZLMOD_DISK_CACHE RDMA_TEST_SCALE DEBIAN_MIRROR)
+  exec sudo --preserve-env="$(IFS=,; echo "${knobs[*]}")" \
+    "$PWD/ci/test_all.sh" "$@"
+fi
 source ci/cache_root.sh
 source ci/bazel_disk_cache.sh
 
@@ -85,6 +105,29 @@ tools_on_the_sim() {
   "$bin/transport/transport_benchmark" --benchmark_min_time=0.05
   # 64 hosts, 4,096 connections, all-to-all WRITEs in virtual time.
   "$bin/tests/scale_run"
+  instruction_budget "$bin/transport/transport_benchmark"
+}
+
+# The message path's own instructions a message within 5% of
+# tools/message_instructions_budget.txt; then the same counts against that
+# budget lowered by a tenth, which must fail: the check can fail.
+instruction_budget() {
+  local counts lowered status
+  counts=$(mktemp)
+  lowered=$(mktemp)
+  tools/check_instruction_budget.sh --binary "$1" --keep-counts "$counts"
+  awk '$1 == "copy" || $1 == "zero_copy" {$2 = $2 * 0.9} {print}' \
+    tools/message_instructions_budget.txt >"$lowered"
+  set +e
+  tools/check_instruction_budget.sh --counts "$counts" --budget "$lowered" >/dev/null
+  status=$?
+  set -e
+  rm -f "$counts" "$lowered"
+  if ((status != 1)); then
+    echo "instruction budget: FAIL: a budget a tenth below the counts gave exit ${status}, not 1" >&2
+    return 1
+  fi
+  echo "instruction budget: a budget a tenth below the counts fails, as it must"
 }
 
 downstream() {

@@ -10,8 +10,9 @@
 //   std::string b = *fabric.AddDevice(ConnectX6());     // "sim_cx6_1"
 //   SimVerbs verbs(&fabric);
 //   ibv_context* context = *verbs.OpenDevice(a);
-//   ...                                                 // as with libibverbs
-//   EXPECT_THAT(fabric.LeakReport(), IsEmpty());
+//   // ... as with libibverbs ...
+//   ASSERT_TRUE(verbs.CloseDevice(context).ok());
+//   EXPECT_THAT(fabric.LeakReport(), IsEmpty());        // nothing left open
 //
 // Addressing. Each device has one port. On Ethernet (RoCE) the port's GID
 // table holds index 0, a link-local fe80:: GID, and index 1, the RoCE v2

@@ -5,17 +5,19 @@
 // meets the matching event, so the same test fails the same way every run.
 //
 //   Fabric fabric;
-//   ...
+//   std::string client = *fabric.AddDevice(ConnectX6());  // "sim_cx6_0"
+//   std::string server = *fabric.AddDevice(ConnectX6());  // "sim_cx6_1"
 //   // ibv_create_qp asking for more than 64 inline bytes fails with EINVAL.
 //   fabric.faults().RefuseCreateQpAboveInline(64, EINVAL);
 //   // The next INIT->RTR transition on any device fails with ETIMEDOUT.
 //   fabric.faults().FailModifyQp(IBV_QPS_INIT, IBV_QPS_RTR, ETIMEDOUT);
 //   // The next two packets to QP 0x101 are lost (and retransmitted).
-//   fabric.faults().DropPackets(FaultTarget::Qp(0x101), 2);
-//   // Peer death: QPs on sim_cx6_1 go to ERR; traffic to it times out.
-//   fabric.faults().KillDevice("sim_cx6_1");
+//   absl::Status armed = fabric.faults().DropPackets(FaultTarget::Qp(0x101), 2);
 //   // A cable pulled 250 us into the run: IBV_EVENT_PORT_ERR, lost packets.
-//   fabric.faults().PortDownAt("sim_cx6_1", std::chrono::microseconds(250));
+//   armed.Update(
+//       fabric.faults().PortDownAt(client, std::chrono::microseconds(250)));
+//   // Peer death: QPs on the server's NIC go to ERR; traffic to it times out.
+//   armed.Update(fabric.faults().KillDevice(server));
 //
 // Control-path faults make the verbs call fail with the given errno, as
 // VerbsError("ibv_xxx", errno) with a detail naming the injected fault; they

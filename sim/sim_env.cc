@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
+#include <string>
+#include <thread>
 
 #include "sim/fabric.h"
 #include "sim/sim_network.h"
@@ -33,9 +36,23 @@ int PollNow(std::span<pollfd> fds) {
   return static_cast<int>(fds.size());
 }
 
+std::atomic<uint64_t> next_env_id{1};
+// The SimEnv (by id) the calling thread was last found to take part in.
+thread_local uint64_t participant_of = 0;
+
+std::string ThreadName(std::thread::id id) {
+  std::ostringstream name;
+  name << id;
+  return name.str();
+}
+
 }  // namespace
 
-SimEnv::SimEnv(Fabric* fabric, ClockMode mode) : fabric_(fabric), mode_(mode) {
+SimEnv::SimEnv(Fabric* fabric, ClockMode mode)
+    : fabric_(fabric),
+      mode_(mode),
+      id_(next_env_id.fetch_add(1)),
+      creator_(std::this_thread::get_id()) {
   if (mode_ == ClockMode::kVirtual) {
     network_ = std::make_unique<SimNetwork>(this);
   }
@@ -68,11 +85,40 @@ void SimEnv::Notify() {
 void SimEnv::AddParticipant() {
   std::lock_guard<std::mutex> lock(mu_);
   ++participants_;
+  ++unjoined_;
+}
+
+void SimEnv::JoinAsParticipant() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (unjoined_ == 0) {
+    std::fprintf(stderr,
+                 "sim: JoinAsParticipant() on thread %s, but no "
+                 "AddParticipant() counted it before it started; start "
+                 "threads with RunInThread() (verbs_shim/env_thread.h)\n",
+                 ThreadName(std::this_thread::get_id()).c_str());
+    std::abort();
+  }
+  --unjoined_;
+  joined_.push_back(std::this_thread::get_id());
 }
 
 void SimEnv::RemoveParticipant() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const auto me =
+        std::find(joined_.begin(), joined_.end(), std::this_thread::get_id());
+    if (me != joined_.end()) {
+      joined_.erase(me);
+      if (participant_of == id_) participant_of = 0;
+    } else if (unjoined_ > 0) {
+      --unjoined_;  // counted, never joined (it never waited)
+    } else {
+      std::fprintf(stderr,
+                   "sim: RemoveParticipant() on thread %s, which does not "
+                   "take part in the fabric's time\n",
+                   ThreadName(std::this_thread::get_id()).c_str());
+      std::abort();
+    }
     // News first: a waiter that looked before this thread finished (say, at
     // its `done` flag) must not count as blocked on an up-to-date token once
     // the count drops, or it would see a deadlock that is not there.
@@ -92,10 +138,42 @@ size_t SimEnv::BlockedLocked() const {
   return blocked;
 }
 
+void SimEnv::CheckParticipant() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::thread::id me = std::this_thread::get_id();
+  if (me == creator_ ||
+      std::find(joined_.begin(), joined_.end(), me) != joined_.end()) {
+    participant_of = id_;
+    return;
+  }
+  std::fprintf(
+      stderr,
+      "sim: thread %s waits on the simulated fabric's virtual clock without "
+      "taking part in its time, so virtual time would move under it (%d "
+      "participant(s): the thread that made the fabric and %zu joined, %d "
+      "counted but not yet joined). Start threads that use a simulated "
+      "fabric with RunInThread(env, fn) (verbs_shim/env_thread.h), not "
+      "std::thread or std::async; or count them with AddParticipant() and "
+      "JoinAsParticipant()\n",
+      ThreadName(me).c_str(), participants_.load(), joined_.size(), unjoined_);
+  std::abort();
+}
+
 int SimEnv::Wait(uint64_t token, std::span<pollfd> fds, Deadline wake,
                  WaitKind kind) {
   if (mode_ == ClockMode::kWallClock) {
     return Env::Real().Wait(token, fds, wake, kind);
+  }
+  if (participant_of != id_) [[unlikely]] {
+    CheckParticipant();
+  }
+  if (!OnClockOf(wake, kVirtualEpoch)) [[unlikely]] {
+    std::fprintf(stderr,
+                 "sim: Env::Wait() on the simulated fabric's virtual clock "
+                 "was given a wake time on the real clock (DeadlineIn(), "
+                 "Env::Real()), which lies before the virtual epoch; take it "
+                 "from this Env: env.DeadlineIn()\n");
+    std::abort();
   }
   // Another participant is usually about to produce what this one waits
   // for: look again for a while before sleeping (time cannot move while

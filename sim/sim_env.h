@@ -7,13 +7,16 @@
 //
 //   Fabric fabric;                                  // ClockMode::kVirtual
 //   SimVerbs verbs(&fabric);
-//   ... Context::Open(verbs, ...), Listener, Connect ...
+//   // ... Context::Open(verbs, ...), Listener, Connect ...
 //   Env& env = fabric.env();
-//   connection->Receive(buffer, env.DeadlineIn(std::chrono::seconds(5)));
-//   // returns kDeadlineExceeded at exactly 5 s of virtual time, at once
+//   absl::StatusOr<size_t> n =
+//       connection->Receive(buffer, env.DeadlineIn(std::chrono::seconds(5)));
+//   // nothing sent: kDeadlineExceeded at exactly 5 s of virtual time, at once
 //
 // ClockMode::kVirtual (the default). Now() is the fabric's virtual clock
-// (kVirtualEpoch + Fabric::Now()). Virtual time moves only when every
+// (kVirtualEpoch + Fabric::Now(): verbs_shim/env.h says why a virtual clock
+// starts there, and how a deadline from the real clock is told from one of
+// this clock and refused). Virtual time moves only when every
 // participating thread is blocked in Wait() with nothing new to look at; it
 // then jumps to the earliest of their wake times and the fabric's next
 // pending event, running the fabric's events up to it. A scenario driven by
@@ -21,7 +24,10 @@
 // five-second timeout costs no real time. Threads beyond the one that made
 // the fabric take part through AddParticipant()/RemoveParticipant()
 // (RunInThread(), verbs_shim/env_thread.h); a thread blocked anywhere but in
-// Wait() (a plain std::future::get, a TCP read) stops the clock.
+// Wait() (a plain std::future::get, a TCP read) stops the clock. A thread
+// that waits in Wait() without taking part (a plain std::thread or
+// std::async) would let time move under it: SimEnv aborts naming
+// RunInThread instead, as it does for a wake time on the real clock.
 // Connection setup runs over an in-memory SetupNetwork: Listen("host:0")
 // picks a port, Connect() finds the listener by its address string, and the
 // streams are AF_UNIX socket pairs (bytes arrive as they are written). When
@@ -47,6 +53,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "verbs_shim/env.h"
@@ -57,10 +64,6 @@ class Fabric;
 class SimNetwork;
 
 enum class ClockMode { kVirtual, kWallClock };
-
-// Virtual time 0 on an Env's clock: a fixed, valid steady_clock point.
-inline constexpr Deadline kVirtualEpoch =
-    Deadline(std::chrono::hours(24 * 365));
 
 class SimEnv final : public Env {
  public:
@@ -75,6 +78,7 @@ class SimEnv final : public Env {
            WaitKind kind) override;
   void Notify() override;
   void AddParticipant() override;
+  void JoinAsParticipant() override;
   void RemoveParticipant() override;
   SetupNetwork* setup_network() override;
 
@@ -94,6 +98,9 @@ class SimEnv final : public Env {
   // readable fd) or move the clock. Requires mu_.
   void AdvanceLocked(std::unique_lock<std::mutex>& lock);
   size_t BlockedLocked() const;
+  // Aborts, saying why, unless the calling thread takes part in this
+  // clock's time; remembered per thread, so a participant pays it once.
+  void CheckParticipant();
 
   Fabric* const fabric_;
   const ClockMode mode_;
@@ -107,6 +114,12 @@ class SimEnv final : public Env {
   std::atomic<int> participants_{1};
   std::vector<Waiter*> waiters_;
   std::atomic<uint64_t> advances_{0};
+  // Who takes part: the thread that made the clock, the threads that
+  // joined, and how many counted by AddParticipant() have not joined yet.
+  const uint64_t id_;  // unique per SimEnv, for the per-thread memo
+  const std::thread::id creator_;
+  std::vector<std::thread::id> joined_;
+  int unjoined_ = 0;
 };
 
 }  // namespace rdma_transport::sim

@@ -9,10 +9,10 @@
 //   SimVerbs verbs(&fabric);
 //   auto a = *Endpoint::Create(&verbs, *fabric.AddDevice(ConnectX6()));
 //   auto b = *Endpoint::Create(&verbs, *fabric.AddDevice(ConnectX6()));
-//   ASSERT_OK(a->ConnectTo(*b));
-//   ASSERT_OK(b->ConnectTo(*a));
-//   ASSERT_OK(b->PostRecv(/*wr_id=*/1, /*offset=*/0, /*length=*/64));
-//   ASSERT_OK(a->PostSend(/*wr_id=*/2, IBV_WR_SEND, /*offset=*/0, 64));
+//   ASSERT_TRUE(a->ConnectTo(*b).ok());
+//   ASSERT_TRUE(b->ConnectTo(*a).ok());
+//   ASSERT_TRUE(b->PostRecv(/*wr_id=*/1, /*offset=*/0, /*length=*/64).ok());
+//   ASSERT_TRUE(a->PostSend(/*wr_id=*/2, IBV_WR_SEND, /*offset=*/0, 64).ok());
 //   std::vector<ibv_wc> done = *b->PollRecvCq();
 //
 // Not thread-safe (an Endpoint belongs to one test thread; the backend's own

@@ -25,8 +25,8 @@
 //   SwitchOptions options;
 //   options.enabled = true;
 //   options.dscp_to_priority[26] = 3;  // traffic class 104 (AF31)
-//   ASSERT_OK(fabric.ConfigureSwitch(options));
-//   ...
+//   ASSERT_TRUE(fabric.ConfigureSwitch(options).ok());
+//   // ... traffic ...
 //   SwitchPortCounters port = *fabric.SwitchCounters(server_device);
 //   EXPECT_EQ(port.queues[3].dropped_packets, 0u);
 //

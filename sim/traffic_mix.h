@@ -10,10 +10,11 @@
 //   Fabric fabric({.progress_mode = ProgressMode::kManual});
 //   SimVerbs verbs(&fabric);
 //   TrafficMix mix(&fabric, &verbs);
-//   ASSERT_OK(mix.AddWriteStream(bulk_host, server, FlowOptions{}));
-//   ASSERT_OK(mix.AddPingPong(client, server,
-//                             {.traffic_class = 104, .message_bytes = 8}));
-//   ASSERT_OK(mix.Run([&] { return mix.pings() >= 1000; }));
+//   ASSERT_TRUE(mix.AddWriteStream(bulk_host, server, FlowOptions{}).ok());
+//   ASSERT_TRUE(mix.AddPingPong(client, server,
+//                               {.traffic_class = 104, .message_bytes = 8})
+//                   .ok());
+//   ASSERT_TRUE(mix.Run([&] { return mix.pings() >= 1000; }).ok());
 //   std::vector<double> one_way_us = mix.ping_one_way_us();
 //
 // Test and tool scaffolding (testonly). Thread-compatible: one thread drives

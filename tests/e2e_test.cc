@@ -1036,12 +1036,14 @@ TEST_F(EndToEndTest, EventModeWorksAndItsFdIsPollable) {
 
   // The caller's own poll(2) on the fd: nothing pending -> not readable
   // after a Receive that found nothing; a message makes it readable.
-  absl::StatusOr<size_t> none = pair->server->Receive(buffer, Clock::now());
+  absl::StatusOr<size_t> none =
+      pair->server->Receive(buffer, pair->server->env().Now());
   EXPECT_EQ(none.status().code(), absl::StatusCode::kDeadlineExceeded);
   E2E_ASSERT_OK(pair->client->Send(Bytes("wake up")));
   pollfd entry = {pair->server->event_fd(), POLLIN, 0};
   ASSERT_EQ(poll(&entry, 1, 5000), 1) << "event fd never became readable";
-  absl::StatusOr<size_t> n = pair->server->Receive(buffer, Clock::now());
+  absl::StatusOr<size_t> n =
+      pair->server->Receive(buffer, pair->server->env().Now());
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(Text({buffer.data(), *n}), "wake up");
 }

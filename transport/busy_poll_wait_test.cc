@@ -103,6 +103,7 @@ class ScriptedCycleEnv : public Env {
   }
   void Notify() override { sim_.Notify(); }
   void AddParticipant() override { sim_.AddParticipant(); }
+  void JoinAsParticipant() override { sim_.JoinAsParticipant(); }
   void RemoveParticipant() override { sim_.RemoveParticipant(); }
   SetupNetwork* setup_network() override { return sim_.setup_network(); }
 

@@ -29,6 +29,7 @@ Connection::Connection(const Context& context, const ConnectionOptions& options,
       context_(context),
       options_(options),
       name_(std::move(name)),
+      made_at_(env_.Now()),
       service_gate_(options.busy_poll_yields) {
   std::random_device random;
   psn_ = random() & 0xffffff;

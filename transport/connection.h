@@ -5,10 +5,12 @@
 // a liveness check and a graceful close. Made by Connect() (connect.h) or
 // Listener::Accept() (listener.h).
 //
+//   Env& env = connection->env();  // the Context's clock: real or simulated
 //   absl::Status sent = connection->Send(bytes);
-//   absl::StatusOr<size_t> n = connection->Receive(buffer, DeadlineIn(1s));
-//   absl::Status written = connection->Write({{&local, 0, 4096, remote, 0}});
-//   absl::Status closed = connection->Close(DeadlineIn(1s));
+//   absl::StatusOr<size_t> n = connection->Receive(buffer, env.DeadlineIn(1s));
+//   const RdmaOp op{&local, 0, 4096, remote, 0};  // local -> the peer's region
+//   absl::Status written = connection->Write({&op, 1});
+//   absl::Status closed = connection->Close(env.DeadlineIn(1s));
 //
 // Messaging. Each side keeps `recv_slots` receives posted into a registered
 // receive ring of `max_message_size`-byte slots, and a send ring as large
@@ -217,7 +219,7 @@ class Connection final : private AsyncEventListener {
   // without). kOutOfRange for a range outside the region; the waits and
   // errors of Send() otherwise.
   //
-  //   absl::Status sent = connection->SendFrom(region, 0, 1 << 20);
+  //   absl::Status sent = connection->SendFrom(region, 0, region.size());
   absl::Status SendFrom(const MemoryRegion& region, size_t offset,
                         size_t length, Deadline deadline = kNoDeadline);
   // Receives the next message into [offset, offset + capacity) of `region`
@@ -337,9 +339,10 @@ class Connection final : private AsyncEventListener {
   //
   //   absl::StatusOr<OpHandle> sent =
   //       connection->PostSendFrom(region, slot * 4096, 4096);
-  //   if (absl::IsResourceExhausted(sent.status())) ... progress, post again
-  //   // ... engine->Progress() / Wait(); NextCompletion() ends *sent: slot
-  //   // `slot` of the region may be written again
+  //   if (absl::IsResourceExhausted(sent.status())) {
+  //     // progress the engine (Progress() or Wait()), then post again
+  //   }
+  //   // NextCompletion() ends *sent: slot `slot` may be written again
   absl::StatusOr<OpHandle> PostSendFrom(const MemoryRegion& region,
                                         size_t offset, size_t length,
                                         Deadline deadline = kNoDeadline);
@@ -786,6 +789,10 @@ class Connection final : private AsyncEventListener {
   const Context& context_;
   const ConnectionOptions options_;
   std::string name_;  // set by the setup code, fixed once established
+  // When the connection was made, on its Env's clock: the asynchronous
+  // posts check their deadline's clock against it (OnClockOf) without
+  // reading the clock.
+  const Deadline made_at_;
 
   // Verbs resources.
   ibv_comp_channel* channel_ = nullptr;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
+#include "transport/deadline.h"
 #include "transport/inline_size.h"
 #include "transport/qp_bringup.h"
 #include "verbs_shim/verbs_error.h"
@@ -113,6 +114,9 @@ size_t Connection::async_ops_queued() const {
 absl::StatusOr<OpHandle> Connection::PostAsyncLocked(
     std::span<const RdmaOp> ops, bool is_write, Deadline deadline) {
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
+  if (!OnClockOf(deadline, made_at_)) [[unlikely]] {
+    return WrongClockError(name_, deadline);
+  }
   if (peer_closed_) return PeerClosedError();
   if (ops.empty()) {
     return absl::InvalidArgumentError(

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
+#include "transport/deadline.h"
 #include "transport/inline_size.h"
 #include "transport/rendezvous_request.h"
 
@@ -71,6 +72,9 @@ absl::StatusOr<OpHandle> Connection::PostSendFrom(const MemoryRegion& region,
   }
   if (peer_closed_) [[unlikely]]
     return PeerClosedError();
+  if (!OnClockOf(deadline, made_at_)) [[unlikely]] {
+    return WrongClockError(name_, deadline);
+  }
   absl::StatusOr<uint64_t> seq;
   uint64_t ordinal = 0;
   if (length <= rendezvous_threshold_ || !path_.rendezvous) [[likely]] {

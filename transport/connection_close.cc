@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
+#include "transport/deadline.h"
 #include "transport/qp_bringup.h"
 
 namespace rdma_transport {
@@ -19,6 +20,9 @@ namespace rdma_transport {
 absl::Status Connection::Close(Deadline deadline) {
   std::unique_lock<ConnectionLock> lock = Enter();
   if (closed_) return absl::OkStatus();
+  // Refused while the connection is still open: a wait refusing it later
+  // would close without telling the peer.
+  if (!OnClockOf(deadline, made_at_)) return WrongClockError(name_, deadline);
   if (closing_) {
     return absl::FailedPreconditionError(
         absl::StrCat(name_, ": Close() is already running"));

@@ -16,6 +16,7 @@
 #include "transport/completion_status.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
+#include "transport/deadline.h"
 #include "verbs_shim/verbs_names.h"
 
 namespace rdma_transport {
@@ -164,6 +165,9 @@ absl::Status Connection::Check(Deadline deadline) {
   CallScope call(*this, lock);
   if (absl::Status status = UsableLocked(); !status.ok()) return status;
   if (peer_closed_) return PeerClosedError();
+  // Before the probe goes: a wait refusing the clock after it would leave
+  // the probe outstanding.
+  if (!OnClockOf(deadline, made_at_)) return WrongClockError(name_, deadline);
   if (absl::Status status = WaitUntilLocked(
           lock, deadline, [&] { return sq_.HasRoom(1); },
           "liveness check could not be posted");

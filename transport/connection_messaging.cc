@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
 #include "transport/connection_internal.h"
+#include "transport/deadline.h"
 #include "transport/inline_size.h"
 #include "transport/rendezvous_request.h"
 #include "verbs_shim/verbs_error.h"
@@ -195,6 +196,9 @@ absl::Status Connection::Send(std::span<const std::byte> message,
   if (!open_) [[unlikely]] {
     return UsableLocked();
   }
+  if (!OnClockOf(deadline, made_at_)) [[unlikely]] {
+    return WrongClockError(name_, deadline);
+  }
   if (size <= send_limit_) [[likely]] {
     return SendEagerLocked(lock, message.data(), static_cast<uint32_t>(size),
                            nullptr, deadline)
@@ -227,6 +231,9 @@ absl::Status Connection::SendFrom(const MemoryRegion& region, size_t offset,
           CheckSendSourceLocked(region, offset, length, "SendFrom");
       !checked.ok()) [[unlikely]] {
     return checked;
+  }
+  if (!OnClockOf(deadline, made_at_)) [[unlikely]] {
+    return WrongClockError(name_, deadline);
   }
   if (length <= rendezvous_threshold_ || !path_.rendezvous) [[likely]] {
     if (length > send_limit_) return TooLargeError(length);
@@ -361,6 +368,9 @@ absl::StatusOr<size_t> Connection::ReceiveRendezvousLocked(
     target.borrowed->connection_ = nullptr;
     target.borrowed->data_ = {};
     ReleaseViewSlotLocked(held);
+  }
+  if (!OnClockOf(deadline, made_at_)) [[unlikely]] {
+    return WrongClockError(name_, deadline);
   }
   while (true) {
     // Messages that arrived intact are delivered even after the connection

@@ -22,6 +22,7 @@
 #include "tests/swallow_send_completions.h"
 #include "transport/biased_mutex.h"
 #include "transport/listener.h"
+#include "verbs_shim/env_thread.h"
 #include "verbs_shim/verbs_wrapper.h"
 
 namespace rdma_transport {
@@ -77,13 +78,17 @@ TEST_F(ConnectionTest, ASharedConnectionsLockMovesItsBiasOnceThenIsShared) {
   EXPECT_TRUE(lock.biased_to_this_thread());
 
   constexpr int kMessages = 200;
-  std::thread sender([&] {
-    for (int i = 0; i < kMessages; ++i) {
-      const uint32_t value = i;
-      ASSERT_TRUE(client_->Send(std::as_bytes(std::span(&value, 1))).ok());
-    }
-    EXPECT_TRUE(lock.biased_to_this_thread());  // the bias moved here
-  });
+  // Whether the bias moved to the sending thread; the first failed send.
+  EnvFuture<absl::StatusOr<bool>> sender =
+      RunInThread(env(), [&]() -> absl::StatusOr<bool> {
+        for (int i = 0; i < kMessages; ++i) {
+          const uint32_t value = i;
+          absl::Status sent =
+              client_->Send(std::as_bytes(std::span(&value, 1)));
+          if (!sent.ok()) return sent;
+        }
+        return lock.biased_to_this_thread();
+      });
   for (int i = 0; i < kMessages; ++i) {
     absl::StatusOr<size_t> n = server_->Receive(buffer);
     ASSERT_TRUE(n.ok()) << n.status();
@@ -92,7 +97,9 @@ TEST_F(ConnectionTest, ASharedConnectionsLockMovesItsBiasOnceThenIsShared) {
     std::memcpy(&value, buffer.data(), sizeof value);
     EXPECT_EQ(value, static_cast<uint32_t>(i));
   }
-  sender.join();
+  absl::StatusOr<bool> moved = sender.Get();
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_TRUE(*moved);
   EXPECT_EQ(lock.state(), BiasedMutex::State::kBiased);
   EXPECT_FALSE(lock.biased_to_this_thread());
 

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
+#include "transport/deadline.h"
 #include "transport/wr_id.h"
 #include "verbs_shim/verbs_error.h"
 
@@ -48,6 +49,7 @@ Engine::Engine(const Context& context, const EngineOptions& options)
     : context_(context),
       verbs_(context.verbs()),
       env_(context.env()),
+      made_at_(env_.Now()),
       options_(options),
       qp_slots_(options.max_connections) {}
 
@@ -385,6 +387,9 @@ Deadline Engine::Service(std::span<const uint32_t> setup_readable,
 }
 
 absl::Status Engine::Wait(Deadline deadline) {
+  if (!OnClockOf(deadline, made_at_)) [[unlikely]] {
+    return WrongClockError("engine: Wait()", deadline);
+  }
   while (true) {
     if (finished_count_ > 0) return absl::OkStatus();
     const uint64_t token = env_.PrepareWait();

@@ -12,7 +12,7 @@
 //
 //   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(context);
 //   ConnectionOptions options;
-//   options.engine = engine->get();              // opt in; null: as before
+//   options.engine = engine->get();  // opt in; null: the connection's own CQ
 //   auto connection = Connect(context, "10.0.0.2:7471", options);
 //   absl::StatusOr<OpHandle> first = (*connection)->PostWrite(ops);  // at once
 //   size_t left = ops.size();
@@ -20,7 +20,7 @@
 //     if ((*engine)->Progress() == 0) (void)(*engine)->Wait(deadline);
 //     while (std::optional<Completion> done = (*engine)->NextCompletion()) {
 //       --left;  // done->handle - *first is the op's index in `ops`
-//       if (done->outcome != OpOutcome::kCompleted) ... done->status ...
+//       if (done->outcome != OpOutcome::kCompleted) return done->status;
 //     }
 //   }
 //
@@ -46,7 +46,7 @@
 //   shape.max_message_size = 256;
 //   shape.engine = engine->get();
 //   auto connection = Connect(context, address, shape);
-//   (*connection)->Send(bytes);          // blocking calls as always
+//   absl::Status sent = (*connection)->Send(bytes);  // blocking calls too
 //
 // Dispatch. Every work request of an attached connection carries the
 // connection's slot in the engine in its wr_id (wr_id.h); a completion goes
@@ -116,12 +116,14 @@
 // deadlines, and a service turn (one clock read) compares; so an overdue op
 // is noticed one service turn late at most (in a tight Progress() loop, up
 // to kBusyServiceInterval calls), and a deadline already past at post is
-// accepted and acted on at the next turn. A connection inside a blocking
-// call (Write(), Send()...) has its deadlines checked after the call ends.
+// accepted and acted on at the next turn; one from another clock than the
+// Env's is refused at post (kInvalidArgument, deadline.h). A connection
+// inside a blocking call (Write(), Send()...) has its deadlines checked
+// after the call ends.
 //
 //   absl::StatusOr<OpHandle> first =
 //       connection->PostRead(ops, env.DeadlineIn(std::chrono::milliseconds(5)));
-//   ... done->status.code() == absl::StatusCode::kDeadlineExceeded when late
+//   // A late op ends with done->status kDeadlineExceeded.
 //
 // Thread-safety. An engine and the connections attached to it belong to one
 // thread at a time (the engine's thread): Progress(), Wait(),
@@ -304,6 +306,9 @@ class Engine {
   const Context& context_;
   Verbs& verbs_;
   Env& env_;
+  // When the engine was made, on its Env's clock: Wait() checks its
+  // deadline's clock against it (OnClockOf) before anything else.
+  const Deadline made_at_;
   EngineOptions options_;
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;

@@ -8,7 +8,7 @@
 //
 //   absl::StatusOr<GidSubnet> subnet = ParseGidSubnet("10.1.0.0/16");
 //   if (!subnet.ok()) return subnet.status();   // says what was wrong
-//   subnet->Contains(gid.raw);                  // ::ffff:10.1.x.y -> true
+//   const bool inside = subnet->Contains(gid.raw);  // ::ffff:10.1.x.y: true
 //
 // Syntax, parsed strictly (no spaces, no defaults): an IPv4 range
 // "a.b.c.d/n" (n 0..32), matching the IPv4-mapped GIDs ::ffff:a.b.c.d of

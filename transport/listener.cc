@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "transport/connection_setup.h"
+#include "transport/deadline.h"
 #include "transport/handshake.h"
 #include "transport/listener_pending.h"
 
@@ -275,6 +276,10 @@ absl::StatusOr<std::unique_ptr<Connection>> Listener::Accept(
     // Expire silent sockets and handshakes that took too long.
     const uint64_t token = env_.PrepareWait();
     const Deadline now = env_.Now();
+    if (!OnClockOf(deadline, now)) [[unlikely]] {
+      return WrongClockError(
+          absl::StrCat("listener on ", address_, ": Accept()"), deadline);
+    }
     for (Table* table : {&silent_, &pending_}) {
       for (auto it = table->begin(); it != table->end();) {
         if ((*it)->deadline <= now) {

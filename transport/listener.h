@@ -11,7 +11,7 @@
 //   absl::StatusOr<std::unique_ptr<Listener>> listener =
 //       Listener::Create(server_context, "0.0.0.0:18515", options);
 //   absl::StatusOr<std::unique_ptr<Connection>> accepted =
-//       (*listener)->Accept(DeadlineIn(10s));
+//       (*listener)->Accept(server_context.env().DeadlineIn(10s));
 //
 //   absl::StatusOr<std::unique_ptr<Connection>> connection =
 //       Connect(client_context, "10.0.0.1:18515", options);

@@ -14,7 +14,7 @@
 //   absl::StatusOr<PeerRegion> for_a = connection_a->BindRegion(
 //       *region, /*offset=*/0, /*length=*/4096, kRemoteRead | kRemoteWrite);
 //   RemoteRegion descriptor = for_a->remote();  // send it to peer A only
-//   ...
+//   // ... peer A writes and reads [0, 4096) of the region ...
 //   absl::Status released = for_a->Release();   // the rkey is dead now
 //
 // Shared registration (MemoryRegion::remote(), with kRemoteRead/kRemoteWrite)

@@ -9,15 +9,16 @@
 // announced (below the credit batch; up to 8 after a ping-pong on the
 // default ring, credits.h).
 //
+//   Env& env = connection->env();  // deadlines on the connection's clock
 //   absl::StatusOr<ReceivedMessage> message =
-//       connection->ReceiveBorrowed(DeadlineIn(1s));
+//       connection->ReceiveBorrowed(env.DeadlineIn(1s));
 //   if (message.ok()) Consume(message->data());  // then it goes out of scope
 //
 // A receive loop can keep one view and hand it back to each receive, which
 // gives its slot back in the same call (Connection::ReceiveBorrowed(&view)):
 //
 //   ReceivedMessage view;
-//   while (connection->ReceiveBorrowed(&view, DeadlineIn(1s)).ok()) {
+//   while (connection->ReceiveBorrowed(&view, env.DeadlineIn(1s)).ok()) {
 //     Consume(view.data());
 //   }
 //

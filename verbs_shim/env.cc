@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 namespace rdma_transport {
@@ -26,6 +28,14 @@ class RealEnv final : public Env {
 
   int Wait(uint64_t /*token*/, std::span<pollfd> fds, Deadline wake,
            WaitKind kind) override {
+    if (!OnClockOf(wake, Clock::time_point())) [[unlikely]] {
+      std::fprintf(stderr,
+                   "rdma_transport: Env::Real().Wait() was given a wake time "
+                   "on a simulated fabric's virtual clock, which the real "
+                   "clock would not reach in 146 years; take it from the Env "
+                   "it is given to (env.DeadlineIn())\n");
+      std::abort();
+    }
     if (kind != WaitKind::kBlock) {
       int ready = 0;
       if (!fds.empty()) ready = PollOnce(fds, 0);

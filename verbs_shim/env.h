@@ -17,7 +17,7 @@
 //     pollfd fds[] = {{fd, POLLIN, 0}};
 //     if (env.Wait(token, fds, deadline, WaitKind::kBlock) == 0 &&
 //         env.Now() >= deadline) {
-//       return absl::DeadlineExceededError("...");
+//       return absl::DeadlineExceededError("no work before the deadline");
 //     }
 //   }
 //
@@ -39,9 +39,11 @@
 // each looked: then the clock jumps to the earliest wake time (or fabric
 // event) of all of them. The thread that created the clock participates; a
 // thread started to take part must be counted with AddParticipant() before
-// it starts and RemoveParticipant() when it ends (RunInThread() in
-// verbs_shim/env_thread.h does both); waiting for it must go through Wait().
-// Both are no-ops on the real clock.
+// it starts, call JoinAsParticipant() first thing and RemoveParticipant()
+// when it ends (RunInThread() in verbs_shim/env_thread.h does all three);
+// waiting for it must go through Wait(). A thread that waits without taking
+// part would let time move under it: a virtual clock aborts naming
+// RunInThread instead. All three are no-ops on the real clock.
 //
 // Thread-safety: every method may be called from any thread.
 // Ownership: Env::Real() lives for the whole process; other Envs are owned by
@@ -62,6 +64,24 @@ using Clock = std::chrono::steady_clock;
 // A point on an Env's clock (Env::Real(): the steady clock).
 using Deadline = Clock::time_point;
 inline constexpr Deadline kNoDeadline = Deadline::max();
+
+// Both kinds of clock give steady_clock time points, so a deadline's type
+// cannot say which clock it came from; its value does. A virtual clock
+// (sim/sim_env.h) counts from kVirtualEpoch, 2^62 ns (146 years) past the
+// steady clock's zero, which the steady clock (time since boot) never
+// reaches, and a scenario never runs 146 years. So a deadline and the time
+// of the Env it is given to are on one clock exactly when both lie on the
+// same side of kVirtualEpoch; kNoDeadline belongs to every clock. Waits
+// check it (transport/deadline.h, CheckDeadlineClock) and refuse a deadline
+// from the other clock, which would otherwise pass at once or never.
+inline constexpr Deadline kVirtualEpoch =
+    Deadline(std::chrono::nanoseconds(int64_t{1} << 62));
+
+// Whether `deadline` is on the clock that `now` was read from.
+constexpr bool OnClockOf(Deadline deadline, Deadline now) {
+  return deadline == kNoDeadline ||
+         (deadline >= kVirtualEpoch) == (now >= kVirtualEpoch);
+}
 
 class SetupNetwork;
 
@@ -107,11 +127,17 @@ class Env {
   // See the file comment. `fds` may be empty. Returns the number of readable
   // fds (revents set), or 0 when woken otherwise. Never fails: a poll(2)
   // error other than EINTR marks every fd POLLERR and returns their count.
+  // A `wake` from another clock (OnClockOf) is a bug that would sleep
+  // forever or not at all: the process aborts with a message saying so.
   virtual int Wait(uint64_t token, std::span<pollfd> fds, Deadline wake,
                    WaitKind kind) = 0;
   virtual void Notify() {}
 
+  // AddParticipant() on the starting thread, before the new one starts;
+  // JoinAsParticipant() on the new thread, before it uses the Env;
+  // RemoveParticipant() on it when it ends.
   virtual void AddParticipant() {}
+  virtual void JoinAsParticipant() {}
   virtual void RemoveParticipant() {}
 
   // The channel connection setup runs over; nullptr: real TCP.

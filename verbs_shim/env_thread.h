@@ -85,6 +85,7 @@ auto RunInThread(Env& env, F function) -> EnvFuture<std::invoke_result_t<F>> {
   typename EnvFuture<T>::State* raw = state.get();
   env.AddParticipant();
   raw->thread = std::thread([raw, function = std::move(function)]() mutable {
+    raw->env.JoinAsParticipant();
     raw->value.emplace(function());
     raw->done.store(true, std::memory_order_release);
     raw->env.RemoveParticipant();  // also wakes the waiters

@@ -3,7 +3,9 @@
 // `MockVerbs`: a gMock backend for exact interaction tests of transport/
 // policy. Errors are returned as the real backend returns them:
 //
-//   EXPECT_CALL(verbs, CreateQp(pd, CapInline(236)))
+//   EXPECT_CALL(verbs, CreateQp(pd, Field(&ibv_qp_init_attr::cap,
+//                                         Field(&ibv_qp_cap::max_inline_data,
+//                                               236u))))
 //       .WillOnce(Return(VerbsError("ibv_create_qp", EINVAL)));
 //
 // Handles are whatever the test returns (usually addresses of structs the

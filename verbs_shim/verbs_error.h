@@ -5,7 +5,9 @@
 //   return VerbsError("ibv_create_qp", errno);
 //   // -> INVALID_ARGUMENT: "ibv_create_qp failed: Invalid argument (errno 22)"
 //
-//   if (VerbsErrno(status) == EINVAL) { ... ask for less ... }
+//   if (VerbsErrno(status) == EINVAL) {
+//     // ... ask for less ...
+//   }
 //
 // The canonical code follows the errno (EINVAL -> kInvalidArgument, ENOMEM ->
 // kResourceExhausted, EBUSY -> kFailedPrecondition, ETIMEDOUT ->

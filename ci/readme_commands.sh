@@ -4,8 +4,9 @@
 # .ci/run calls it on a fresh clone (as root, on a machine with no sudo), so
 # a README command that does not work as written fails CI.
 #
-#   ci/readme_commands.sh          # run them
-#   ci/readme_commands.sh --list   # print them
+#   ci/readme_commands.sh           # run them
+#   ci/readme_commands.sh --first   # run the first only (the demo)
+#   ci/readme_commands.sh --list    # print them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,10 +20,12 @@ if ((${#commands[@]} != 2)); then
     "commands; it must hold two (the demo, then every test)" >&2
   exit 1
 fi
-if [[ "${1:-}" == --list ]]; then
-  printf '%s\n' "${commands[@]}"
-  exit 0
-fi
+case "${1:-}" in
+  --list) printf '%s\n' "${commands[@]}"; exit 0 ;;
+  --first) commands=("${commands[0]}") ;;
+  "") ;;
+  *) echo "usage: $0 [--first|--list]" >&2; exit 2 ;;
+esac
 for command in "${commands[@]}"; do
   echo "=== README: ${command}"
   bash -c "set -euo pipefail; ${command}"

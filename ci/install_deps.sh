@@ -39,15 +39,9 @@ if ((${#missing[@]} == 0)); then
   echo "install_deps: all ${#wanted[@]} packages present"
   exit 0
 fi
-if ((EUID != 0)); then
-  if ! command -v sudo >/dev/null; then
-    echo "install_deps: ${missing[*]} missing, and installing needs root:" \
-      "run this as root, or as a user who may sudo" >&2
-    exit 1
-  fi
-  echo "install_deps: not root: installing through sudo"
-  exec sudo "$0" "$@"
-fi
+# shellcheck source=ci/root.sh
+source "$(dirname "${BASH_SOURCE[0]}")/root.sh"
+again_as_root install_deps "installing ${missing[*]}" -- "$0" "$@"
 echo "install_deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 if ! apt-get install -y --no-install-recommends "${missing[@]}"; then

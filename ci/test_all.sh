@@ -34,22 +34,16 @@
 # changed; every test still runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ((EUID != 0)); then
-  if ! command -v sudo >/dev/null; then
-    echo "test_all: needs root (Debian packages, the Bazel 7 chroot, the" \
-      "Soft-RoCE VMs): run it as root, or as a user who may sudo" >&2
-    exit 1
-  fi
-  echo "test_all: not root: running as root through sudo"
-  # The knobs this script and its stages read (docs/testing.md).
-  knobs=(BAZEL7_STAGE SOFTROCE_STAGE SOFTROCE_CACHE_DIR SOFTROCE_KERNELS
-    SOFTROCE_LOADED_KERNELS SOFTROCE_TIMEOUT SOFTROCE_INFRA_RETRIES
-    SOFTROCE_KNOWN_FAILURES FUZZ_SECONDS FUZZ_HANDSHAKE_RUNS FUZZ_MAX_SECONDS
-    BAZEL_DISK_CACHE_MAX_GB DOC_EXAMPLES_DISK_CACHE
-    DOC_EXAMPLES_BZLMOD_DISK_CACHE RDMA_TEST_SCALE DEBIAN_MIRROR)
-  exec sudo --preserve-env="$(IFS=,; echo "${knobs[*]}")" \
-    "$PWD/ci/test_all.sh" "$@"
-fi
+# shellcheck source=ci/root.sh
+source ci/root.sh
+# The knobs this script and its stages read, kept through sudo.
+knobs=(BAZEL7_STAGE SOFTROCE_STAGE SOFTROCE_CACHE_DIR SOFTROCE_KERNELS
+  SOFTROCE_LOADED_KERNELS SOFTROCE_TIMEOUT SOFTROCE_INFRA_RETRIES
+  SOFTROCE_KNOWN_FAILURES FUZZ_SECONDS FUZZ_HANDSHAKE_RUNS FUZZ_MAX_SECONDS
+  BAZEL_DISK_CACHE_MAX_GB DOC_EXAMPLES_DISK_CACHE
+  DOC_EXAMPLES_BZLMOD_DISK_CACHE RDMA_TEST_SCALE DEBIAN_MIRROR)
+again_as_root test_all "Debian packages, the Bazel 7 chroot, the Soft-RoCE VMs" \
+  --preserve-env="$(IFS=,; echo "${knobs[*]}")" -- "$PWD/ci/test_all.sh" "$@"
 source ci/cache_root.sh
 source ci/bazel_disk_cache.sh
 

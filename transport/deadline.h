@@ -39,18 +39,9 @@ inline Deadline DeadlineIn(Clock::duration timeout) {
 // kInvalidArgument for `deadline`, given to `who` (say, "connection to
 // 10.0.0.2:7471") whose Env's clock is the other one: which clock the
 // deadline is on, which the Env is on, and where to take deadlines from.
-// Only for a deadline that fails OnClockOf(deadline, now).
+// Only for a deadline that fails OnClockOf(deadline, <the Env's time>).
 [[gnu::cold]] absl::Status WrongClockError(std::string_view who,
                                            Deadline deadline);
-
-// OK when `deadline` is on the clock `now` was read from; else
-// WrongClockError().
-inline absl::Status CheckDeadlineClock(std::string_view who, Deadline deadline,
-                                       Deadline now) {
-  if (OnClockOf(deadline, now)) [[likely]]
-    return absl::OkStatus();
-  return WrongClockError(who, deadline);
-}
 
 }  // namespace rdma_transport
 

@@ -71,9 +71,10 @@ inline constexpr Deadline kNoDeadline = Deadline::max();
 // steady clock's zero, which the steady clock (time since boot) never
 // reaches, and a scenario never runs 146 years. So a deadline and the time
 // of the Env it is given to are on one clock exactly when both lie on the
-// same side of kVirtualEpoch; kNoDeadline belongs to every clock. Waits
-// check it (transport/deadline.h, CheckDeadlineClock) and refuse a deadline
-// from the other clock, which would otherwise pass at once or never.
+// same side of kVirtualEpoch; kNoDeadline belongs to every clock. The
+// transport's calls refuse a deadline from the other clock, which would
+// otherwise pass at once or never (transport/deadline.h), and Wait() aborts
+// on such a wake time.
 inline constexpr Deadline kVirtualEpoch =
     Deadline(std::chrono::nanoseconds(int64_t{1} << 62));
 

@@ -261,6 +261,7 @@ inline void Connection::PushArrivalLocked(uint32_t slot, uint32_t length,
   arrival.length = length;
   arrival.rendezvous = rendezvous;
   ++arrived_count_;
+  if (engine_attached_) engine_->NoteArrival(engine_slot_);
 }
 
 // Inline: every message received passes here, and most only join the

@@ -97,6 +97,7 @@ absl::Status Connection::CheckCallerRange(const MemoryRegion& region,
 void Connection::PopArrivalLocked() {
   if (++arrived_head_ == arrived_.size()) arrived_head_ = 0;
   --arrived_count_;
+  if (engine_attached_) engine_->NoteReceived(engine_slot_, arrived_count_ > 0);
 }
 
 void Connection::MaybeReturnCreditsLocked() {

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@ constexpr int kMaxPollBatch = 64;
 // epoll data of the channel and async fds; setup streams carry their slot.
 constexpr uint64_t kChannelTag = ~uint64_t{0};
 constexpr uint64_t kAsyncTag = ~uint64_t{0} - 1;
+constexpr uint64_t kReadyTag = ~uint64_t{0} - 2;
 constexpr int kMaxEvents = 64;
 
 }  // namespace
@@ -97,8 +99,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   engine->cq_entries_ = entries;
   engine->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (engine->epoll_fd_ < 0) return VerbsError("epoll_create1", errno);
+  if (options.progress == ProgressMode::kEvent) {
+    engine->ready_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (engine->ready_fd_ < 0) return VerbsError("eventfd", errno);
+  }
   for (auto [fd, tag] : {std::pair{engine->channel_->fd, kChannelTag},
-                         std::pair{context.async_fd(), kAsyncTag}}) {
+                         std::pair{context.async_fd(), kAsyncTag},
+                         std::pair{engine->ready_fd_, kReadyTag}}) {
     if (fd < 0) continue;
     epoll_event event = {};
     event.events = EPOLLIN;
@@ -115,6 +122,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     engine->pool_ = *std::move(pool);
   }
   engine->slots_.assign(options.max_connections, Slot{});
+  engine->ready_.Reset(options.max_connections);
   engine->free_slots_.reserve(options.max_connections);
   for (uint32_t i = options.max_connections; i > 0; --i) {
     engine->free_slots_.push_back(i - 1);
@@ -140,6 +148,7 @@ Engine::~Engine() {
   }
   if (channel_ != nullptr) (void)verbs_.DestroyCompChannel(channel_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (ready_fd_ >= 0) ::close(ready_fd_);
 }
 
 uint32_t Engine::SlotOfQp(uint32_t qp_num) const {
@@ -190,6 +199,8 @@ void Engine::Detach(uint32_t slot) {
   Slot& s = slots_[slot];
   if (s.connection == nullptr) return;
   WatchSetupStream(slot, -1);
+  ready_.Remove(slot);
+  if (ready_fd_ >= 0) SyncReadyFd();
   cq_reserved_ -= s.cq_entries;
   if (pool_ != nullptr) pool_->Unreserve(s.srq_credits);
   if (qp_slots_.Find(s.qp_num) == slot) qp_slots_.Erase(s.qp_num);
@@ -235,6 +246,7 @@ void Engine::Finish(Completion completion) {
   finished_[(finished_head_ + finished_count_) % finished_.size()] =
       std::move(completion);
   ++finished_count_;
+  if (ready_fd_ >= 0) SyncReadyFd();
 }
 
 std::optional<Completion> Engine::NextCompletion() {
@@ -243,7 +255,21 @@ std::optional<Completion> Engine::NextCompletion() {
   finished_head_ = (finished_head_ + 1) % finished_.size();
   --finished_count_;
   --ops_outstanding_;
+  if (ready_fd_ >= 0) SyncReadyFd();
   return done;
+}
+
+void Engine::SyncReadyFd() {
+  const bool ready = !ready_.empty() || finished_count_ > 0;
+  if (ready == ready_signalled_) return;
+  uint64_t value = 1;
+  // Neither fails on an eventfd of ours: the counter only goes 0 -> 1 -> 0.
+  if (ready) {
+    (void)!::write(ready_fd_, &value, sizeof value);
+  } else {
+    (void)!::read(ready_fd_, &value, sizeof value);
+  }
+  ready_signalled_ = ready;
 }
 
 int Engine::Progress() {
@@ -358,8 +384,8 @@ size_t Engine::ReadEvents(std::span<uint32_t> setup_readable) {
     const uint64_t tag = events[i].data.u64;
     if (tag == kChannelTag) {
       DrainChannel();
-    } else if (tag == kAsyncTag) {
-      // Service() reads them.
+    } else if (tag == kAsyncTag || tag == kReadyTag) {
+      // Service() reads the async events; ready_fd_ stays as it is.
     } else if (count < setup_readable.size()) {
       setup_readable[count++] = static_cast<uint32_t>(tag);
     }
@@ -391,7 +417,7 @@ absl::Status Engine::Wait(Deadline deadline) {
     return WrongClockError("engine: Wait()", deadline);
   }
   while (true) {
-    if (finished_count_ > 0) return absl::OkStatus();
+    if (finished_count_ > 0 || !ready_.empty()) return absl::OkStatus();
     const uint64_t token = env_.PrepareWait();
     if (Progress() > 0) return absl::OkStatus();
     if (!cq_armed_) {
@@ -405,7 +431,7 @@ absl::Status Engine::Wait(Deadline deadline) {
     uint32_t readable[kMaxEvents];
     const size_t count = ReadEvents(readable);
     const Deadline wake = Service({readable, count}, env_.Now());
-    if (finished_count_ > 0) return absl::OkStatus();
+    if (finished_count_ > 0 || !ready_.empty()) return absl::OkStatus();
     // The channel event (if any) was taken by ReadEvents; the CQ needs
     // arming again before sleeping, and before returning: the caller's
     // epoll on fd() must see the next completion.

@@ -24,6 +24,36 @@
 //     }
 //   }
 //
+// Arrivals. The engine knows which of its connections hold messages not
+// yet received: ReadyConnection() names the one that has waited longest,
+// so a server finds its messages among thousands of connections without
+// visiting an idle one. A connection joins the queue when a message
+// arrives on it and it held none; a receive from it that leaves messages
+// puts it behind the others; one that leaves none, or its close, takes it
+// out. So the queue holds exactly the connections with messages waiting,
+// in turn. A message arrives when the engine dispatches its completion
+// (Progress(), Wait(), or a blocking call of one of its connections).
+// Receiving from a connection that has a message never waits, reads no
+// clock and makes no system call; with EngineOptions::progress kEvent, fd()
+// is readable exactly while a connection or a completion is ready, so a
+// thread may sleep in epoll_wait() with nothing left behind.
+//
+//   while (serving) {
+//     if ((*engine)->Progress() == 0 && (*engine)->connections_ready() == 0) {
+//       (void)(*engine)->Wait(env.DeadlineIn(std::chrono::milliseconds(10)));
+//     }
+//     while (Connection* ready = (*engine)->ReadyConnection()) {
+//       absl::StatusOr<size_t> n = ready->Receive(buffer, env.Now());
+//       if (!n.ok()) break;  // a failed connection: its status() says why
+//       Handle(ready, std::span(buffer.data(), *n));
+//     }
+//   }
+//
+// A connection stays first until a receive takes one of its messages: a
+// loop that does not receive from it (or gets an error and goes on) sees it
+// again and again. A rendezvous message is ready like any other; its
+// Receive() reads it from the peer (it waits for that READ).
+//
 // Shared receive queue. With EngineOptions::srq_slots > 0 the engine owns
 // one SRQ and one registered pool of srq_slots x srq_slot_bytes
 // (shared_receive_pool.h); attached connections keep no receive ring and
@@ -155,8 +185,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "transport/busy_poll_gate.h"
+#include "transport/connection_options.h"
 #include "transport/context.h"
 #include "transport/qp_slot_table.h"
+#include "transport/ready_queue.h"
 #include "transport/shared_receive_pool.h"
 #include "verbs_shim/env.h"
 
@@ -183,6 +215,13 @@ struct EngineOptions {
   // Bytes of one shared slot (64..kMaxSlotSize): the largest message an
   // attached connection receives, whatever its max_message_size.
   uint32_t srq_slot_bytes = 4096;
+  // kEvent: fd() is readable exactly while ReadyConnection() or
+  // NextCompletion() has something (an eventfd in its set, written and
+  // read as that changes: two system calls a change), so a thread can sleep
+  // in epoll_wait() with nothing left behind. kBusyPoll: no system call
+  // for it; fd() says only that Wait() would not sleep for the CQ, a setup
+  // stream or an async event (see fd()).
+  ProgressMode progress = ProgressMode::kBusyPoll;
 };
 
 // Progress() calls that find nothing between two liveness services.
@@ -240,9 +279,9 @@ class Engine {
   // returns how many were polled (0: the CQ was empty). Never blocks.
   int Progress();
   // Sleeps until there may be work: returns OK once completions were
-  // dispatched or NextCompletion() has something, kDeadlineExceeded at
-  // `deadline` (on the Env's clock: virtual time on the simulator). Services
-  // the connections' liveness while it waits.
+  // dispatched, or NextCompletion() or ReadyConnection() has something,
+  // kDeadlineExceeded at `deadline` (on the Env's clock: virtual time on
+  // the simulator). Services the connections' liveness while it waits.
   absl::Status Wait(Deadline deadline);
   // Readable while Wait() would not sleep for the CQ, a setup stream or an
   // async event: for the application's own epoll set. Call Progress() and
@@ -253,6 +292,15 @@ class Engine {
   // The next finished asynchronous operation, oldest first, if any.
   std::optional<Completion> NextCompletion();
   size_t completions_ready() const { return finished_count_; }
+
+  // A connection with a message waiting, or nullptr (see "Arrivals" above):
+  // the one that has waited longest since it last had one received. Never
+  // blocks, reads no clock, makes no system call.
+  Connection* ReadyConnection() const {
+    const uint32_t slot = ready_.front();
+    return slot == ReadyQueue::kNone ? nullptr : slots_[slot].connection;
+  }
+  size_t connections_ready() const { return ready_.size(); }
 
   EngineStats stats() const;
   const Context& context() const { return context_; }
@@ -289,6 +337,18 @@ class Engine {
   }
   OpHandle ReserveOps(uint32_t count);
   void Finish(Completion completion);
+  // For Connection, under its lock: a message arrived on `slot`'s
+  // connection; one was received there and `more` wait.
+  void NoteArrival(uint32_t slot) {
+    if (ready_.Push(slot) && ready_fd_ >= 0) SyncReadyFd();
+  }
+  void NoteReceived(uint32_t slot, bool more) {
+    ready_.Remove(slot);
+    if (more) ready_.Push(slot);  // behind the others
+    if (ready_fd_ >= 0) SyncReadyFd();
+  }
+  // kEvent: ready_fd_ readable exactly while something is ready.
+  void SyncReadyFd();
 
   // Liveness of every connection (see the file comment); `setup_readable`
   // lists the slots whose setup stream fd() reported. Returns when the
@@ -316,6 +376,10 @@ class Engine {
   // The slot of every attached connection's QP, by qp_num.
   QpSlotTable qp_slots_;
   int epoll_fd_ = -1;
+  // kEvent: an eventfd in epoll_fd_'s set, readable exactly while
+  // ready_signalled_ (ReadyConnection() or NextCompletion() has something).
+  int ready_fd_ = -1;
+  bool ready_signalled_ = false;
   bool cq_armed_ = false;
   uint32_t cq_entries_ = 0;
   uint32_t cq_reserved_ = 0;
@@ -329,6 +393,8 @@ class Engine {
   };
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;  // a stack
+  // The slots whose connections hold messages not yet received.
+  ReadyQueue ready_;
   uint32_t attached_ = 0;
   uint32_t idle_turns_ = 0;           // empty Progress() calls in a row
   uint32_t turns_since_service_ = 0;  // Progress() calls since Service()

@@ -264,6 +264,13 @@ inline void Connection::PushArrivalLocked(uint32_t slot, uint32_t length,
   if (engine_attached_) engine_->NoteArrival(engine_slot_);
 }
 
+// Inline, as PushArrivalLocked(): every message received passes here.
+inline void Connection::PopArrivalLocked() {
+  if (++arrived_head_ == arrived_.size()) arrived_head_ = 0;
+  --arrived_count_;
+  if (engine_attached_) engine_->NoteReceived(engine_slot_, arrived_count_ > 0);
+}
+
 // Inline: every message received passes here, and most only join the
 // deferred reposts.
 inline void Connection::RecycleSlotLocked(uint32_t slot) {

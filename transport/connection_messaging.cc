@@ -94,12 +94,6 @@ absl::Status Connection::CheckCallerRange(const MemoryRegion& region,
   return absl::OkStatus();
 }
 
-void Connection::PopArrivalLocked() {
-  if (++arrived_head_ == arrived_.size()) arrived_head_ = 0;
-  --arrived_count_;
-  if (engine_attached_) engine_->NoteReceived(engine_slot_, arrived_count_ > 0);
-}
-
 void Connection::MaybeReturnCreditsLocked() {
   if (!established_ || closing_ || !failure_.ok() || peer_closed_) return;
   while (CreditMessageDueLocked() && send_credits_.CanSendCreditReturn() &&

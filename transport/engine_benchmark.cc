@@ -17,6 +17,11 @@
 //       client engine progressed until empty (credit returns, send
 //       completions). msgs_per_s: messages over all connections per second;
 //       post_send_calls_per_msg, post_recv_calls_per_msg: verbs calls.
+//   BM_EngineArrivals/<connections>/<srq>  the same, sent on the
+//       connections in a shuffled order and received as the server's engine
+//       reports them (ReadyConnection()): the server does not know which
+//       connection a message came on. server_progress_calls_per_msg: the
+//       server's own Progress() calls when none was ready.
 //   BM_EngineSetup/<connections>/<srq>  N connections made (Connect +
 //       Accept, both attached to their engines); us_per_connection. The
 //       teardown is not timed.
@@ -26,11 +31,13 @@
 //       included), and Connection::Footprint()'s figures beside them.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -249,6 +256,65 @@ void BM_EngineMessages(benchmark::State& state) {
       messages;
 }
 BENCHMARK(BM_EngineMessages)
+    ->ArgsProduct({{64, 1024}, {0, 1}})
+    ->ArgNames({"connections", "srq"})
+    ->Unit(benchmark::kMicrosecond);
+
+// BM_EngineMessages with the server not knowing where messages are: one
+// message on every connection in an order shuffled anew each iteration
+// (a seeded generator), and the server takes them as the engine reports
+// them (ReadyConnection()), progressing its engine when none is ready.
+void BM_EngineArrivals(benchmark::State& state) {
+  const auto n = static_cast<uint32_t>(state.range(0));
+  ManyConnections setup(n, state.range(1) != 0);
+  setup.Connect(n);
+  setup.StopDialing();
+  std::vector<std::byte> message(32, std::byte{0x5a});
+  std::vector<std::byte> buffer(256);
+  const Deadline deadline = kNoDeadline;
+  std::vector<uint32_t> order(n);
+  for (uint32_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937 random(20261207);
+  Engine& server_engine = setup.engine(1);
+  uint64_t progress_calls = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::shuffle(order.begin(), order.end(), random);
+    state.ResumeTiming();
+    for (uint32_t i : order) {
+      if (!setup.clients()[i]->Send(message, deadline).ok()) {
+        state.SkipWithError("send failed");
+        return;
+      }
+    }
+    for (uint32_t received = 0; received < n;) {
+      Connection* ready = server_engine.ReadyConnection();
+      if (ready == nullptr) {
+        ++progress_calls;
+        if (server_engine.Progress() == 0) {
+          state.SkipWithError("a message never arrived");
+          return;
+        }
+        continue;
+      }
+      absl::StatusOr<size_t> got = ready->Receive(buffer, deadline);
+      if (!got.ok() || *got != message.size()) {
+        state.SkipWithError("receive failed");
+        return;
+      }
+      ++received;
+    }
+    while (setup.engine(0).Progress() > 0) {
+    }
+  }
+  const double messages = static_cast<double>(state.iterations()) * n;
+  state.SetItemsProcessed(static_cast<int64_t>(messages));
+  state.counters["msgs_per_s"] =
+      benchmark::Counter(messages, benchmark::Counter::kIsRate);
+  state.counters["server_progress_calls_per_msg"] =
+      static_cast<double>(progress_calls) / messages;
+}
+BENCHMARK(BM_EngineArrivals)
     ->ArgsProduct({{64, 1024}, {0, 1}})
     ->ArgNames({"connections", "srq"})
     ->Unit(benchmark::kMicrosecond);

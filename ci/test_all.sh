@@ -64,6 +64,7 @@ threaded_targets=(
   //transport:connection_lock_test
   //transport:connection_test
   //tests:e2e_sim_test
+  //tests:engine_readiness_stress_test
   //tests:liveness_test
   //tests:listener_admission_test
 )

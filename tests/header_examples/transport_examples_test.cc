@@ -107,6 +107,18 @@ absl::Status EngineExample(const Context& context, std::span<const RdmaOp> ops,
   return absl::OkStatus();
 }
 
+// Serves until `expected` messages were handled, as the header's loop does.
+int ArrivalsExample(absl::StatusOr<std::unique_ptr<Engine>>& engine, Env& env,
+                    std::vector<std::byte>& buffer, int expected) {
+  bool serving = true;
+  int handled = 0;
+  auto Handle = [&](Connection*, std::span<std::byte> message) {
+    if (!message.empty() && ++handled == expected) serving = false;
+  };
+  // header-example: transport/engine.h 2
+  return handled;
+}
+
 // --- Examples that need a real device or a peer elsewhere: compiled only.
 
 [[maybe_unused]] absl::Status ContextExample() {
@@ -133,13 +145,13 @@ absl::Status EngineExample(const Context& context, std::span<const RdmaOp> ops,
 [[maybe_unused]] void EngineSrqExample(const Context& context,
                                        const std::string& address,
                                        std::span<const std::byte> bytes) {
-  // header-example: transport/engine.h 2
+  // header-example: transport/engine.h 3
 }
 
 [[maybe_unused]] void EngineDeadlineExample(Connection* connection,
                                             std::span<const RdmaOp> ops,
                                             Env& env) {
-  // header-example: transport/engine.h 3
+  // header-example: transport/engine.h 4
 }
 
 [[maybe_unused]] void NegotiationExample(const Context& context,
@@ -283,6 +295,32 @@ TEST_F(TransportHeaderExamplesTest, EngineWritesAndReportsEachOp) {
   absl::StatusOr<std::unique_ptr<Connection>> server = accepted.Get();
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_EQ(target, source);
+}
+
+TEST_F(TransportHeaderExamplesTest, AServerLoopTakesWhatArrives) {
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(*contexts_[0]);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ConnectionOptions on_engine;
+  on_engine.engine = engine->get();
+  std::vector<std::unique_ptr<Connection>> clients, servers;
+  for (int i = 0; i < 8; ++i) {
+    DialResult dial = DialWith(*contexts_[0], *contexts_[1], on_engine,
+                               ConnectionOptions{}, ListenerOptions{});
+    ASSERT_TRUE(dial.client.ok() && dial.server.ok());
+    clients.push_back(*std::move(dial.client));
+    servers.push_back(*std::move(dial.server));
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int i : {5, 0, 7, 2, 1, 6, 3, 4}) {
+      ASSERT_TRUE(servers[i]->Send(Text("request")).ok());
+    }
+  }
+  std::vector<std::byte> buffer(64);
+  EXPECT_EQ(ArrivalsExample(engine, env(), buffer, 24), 24);
+  EXPECT_EQ((*engine)->connections_ready(), 0u);
+  clients.clear();
+  servers.clear();
 }
 
 }  // namespace

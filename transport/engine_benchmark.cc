@@ -212,41 +212,53 @@ class ManyConnections {
   std::vector<std::unique_ptr<Connection>> servers_;
 };
 
+// What the message benchmarks share: state.range(0) connections (with the
+// shared receive queue when state.range(1) is not 0), made and dialled,
+// a 32-byte message and a buffer for it.
+struct MessageRun {
+  explicit MessageRun(const benchmark::State& state)
+      : n(static_cast<uint32_t>(state.range(0))),
+        setup(n, state.range(1) != 0) {
+    setup.Connect(n);
+    setup.StopDialing();
+  }
+  const uint32_t n;
+  ManyConnections setup;
+  std::vector<std::byte> message = std::vector<std::byte>(32, std::byte{0x5a});
+  std::vector<std::byte> buffer = std::vector<std::byte>(256);
+};
+
 void BM_EngineMessages(benchmark::State& state) {
-  const auto n = static_cast<uint32_t>(state.range(0));
-  ManyConnections setup(n, state.range(1) != 0);
-  setup.Connect(n);
-  setup.StopDialing();
-  std::vector<std::byte> message(32, std::byte{0x5a});
-  std::vector<std::byte> buffer(256);
+  MessageRun run(state);
+  const uint32_t n = run.n;
   const Deadline deadline = kNoDeadline;
-  const sim::SimCounters before = setup.fabric().Counters();
+  const sim::SimCounters before = run.setup.fabric().Counters();
   for (auto _ : state) {
-    for (auto& client : setup.clients()) {
-      if (!client->Send(message, deadline).ok()) {
+    for (auto& client : run.setup.clients()) {
+      if (!client->Send(run.message, deadline).ok()) {
         state.SkipWithError("send failed");
         return;
       }
     }
-    for (auto& server : setup.servers()) {
-      absl::StatusOr<size_t> got = server->Receive(buffer, deadline);
-      if (!got.ok() || *got != message.size()) {
+    for (auto& server : run.setup.servers()) {
+      absl::StatusOr<size_t> got = server->Receive(run.buffer, deadline);
+      if (!got.ok() || *got != run.message.size()) {
         state.SkipWithError("receive failed");
         return;
       }
     }
-    while (setup.engine(0).Progress() > 0) {
+    while (run.setup.engine(0).Progress() > 0) {
     }
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * n);
   state.counters["msgs_per_s"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * n, benchmark::Counter::kIsRate);
-  const EngineStats server = setup.engine(1).stats();
-  const EngineStats client = setup.engine(0).stats();
+  const EngineStats server = run.setup.engine(1).stats();
+  const EngineStats client = run.setup.engine(0).stats();
   const double messages = static_cast<double>(state.iterations()) * n;
   state.counters["completions_per_msg"] =
       static_cast<double>(server.completions + client.completions) / messages;
-  const sim::SimCounters after = setup.fabric().Counters();
+  const sim::SimCounters after = run.setup.fabric().Counters();
   state.counters["rnr_naks"] = static_cast<double>(after.rnr_naks);
   state.counters["post_send_calls_per_msg"] =
       static_cast<double>(after.post_send_calls - before.post_send_calls) /
@@ -265,24 +277,20 @@ BENCHMARK(BM_EngineMessages)
 // (a seeded generator), and the server takes them as the engine reports
 // them (ReadyConnection()), progressing its engine when none is ready.
 void BM_EngineArrivals(benchmark::State& state) {
-  const auto n = static_cast<uint32_t>(state.range(0));
-  ManyConnections setup(n, state.range(1) != 0);
-  setup.Connect(n);
-  setup.StopDialing();
-  std::vector<std::byte> message(32, std::byte{0x5a});
-  std::vector<std::byte> buffer(256);
+  MessageRun run(state);
+  const uint32_t n = run.n;
   const Deadline deadline = kNoDeadline;
   std::vector<uint32_t> order(n);
   for (uint32_t i = 0; i < n; ++i) order[i] = i;
   std::mt19937 random(20261207);
-  Engine& server_engine = setup.engine(1);
+  Engine& server_engine = run.setup.engine(1);
   uint64_t progress_calls = 0;
   for (auto _ : state) {
     state.PauseTiming();
     std::shuffle(order.begin(), order.end(), random);
     state.ResumeTiming();
     for (uint32_t i : order) {
-      if (!setup.clients()[i]->Send(message, deadline).ok()) {
+      if (!run.setup.clients()[i]->Send(run.message, deadline).ok()) {
         state.SkipWithError("send failed");
         return;
       }
@@ -297,14 +305,14 @@ void BM_EngineArrivals(benchmark::State& state) {
         }
         continue;
       }
-      absl::StatusOr<size_t> got = ready->Receive(buffer, deadline);
-      if (!got.ok() || *got != message.size()) {
+      absl::StatusOr<size_t> got = ready->Receive(run.buffer, deadline);
+      if (!got.ok() || *got != run.message.size()) {
         state.SkipWithError("receive failed");
         return;
       }
       ++received;
     }
-    while (setup.engine(0).Progress() > 0) {
+    while (run.setup.engine(0).Progress() > 0) {
     }
   }
   const double messages = static_cast<double>(state.iterations()) * n;

@@ -62,14 +62,16 @@ cp -a "$base" "$run"
 [[ $keep == 1 ]] || trap 'rm -rf "$run"' EXIT
 git clone -q "$repo" "$run/work/rdma_transport"
 git -C "$run/work/rdma_transport" log --oneline -1 >&2
+which=''
+[[ $demo_only == 1 ]] && which=--first
 if [[ $as_user == 1 ]]; then
   user_setup='apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends sudo >/dev/null &&
     useradd -m -s /bin/bash developer && echo "developer ALL=(ALL) NOPASSWD: ALL" >/etc/sudoers.d/developer &&
     chown -R developer: /work/rdma_transport'
-  step='cd /work/rdma_transport && su developer -c "ci/readme_commands.sh '"$([[ $demo_only == 1 ]] && echo --first)"'"'
+  step="cd /work/rdma_transport && su developer -c 'ci/readme_commands.sh $which'"
 else
   user_setup='! command -v sudo'
-  step='cd /work/rdma_transport && ci/readme_commands.sh '"$([[ $demo_only == 1 ]] && echo --first)"
+  step="cd /work/rdma_transport && ci/readme_commands.sh $which"
 fi
 start=$SECONDS
 unshare --mount --propagation private -- bash -c '

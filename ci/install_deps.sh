@@ -29,6 +29,10 @@ case "${1:-build}" in
   all) wanted=("${build_packages[@]}" "${vm_packages[@]}") ;;
   *) echo "usage: $0 [build|vm|all]" >&2; exit 2 ;;
 esac
+# ci/lint.sh takes buildifier from the npm registry: Debian's npm, unless
+# the machine has an npm already (a nodejs package with npm in it, which
+# Debian's npm would conflict with).
+command -v npm >/dev/null || wanted+=(npm)
 
 missing=()
 for package in "${wanted[@]}"; do

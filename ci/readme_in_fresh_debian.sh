@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's two commands on a fresh Debian 12 system, as the README writes
 # them: a bookworm minbase root (debootstrap, the machine's own mirror: no
-# sudo, no Bazel, nothing of ours) in a chroot of its own, with a clone of
+# sudo, no Bazel, nothing of ours; the machine's DNS settings and local CA
+# certificates, as a container gets them) in a chroot of its own, with a clone of
 # this checkout's HEAD in it, where ci/readme_commands.sh runs the demo and
 # then every test. With --user, as a user who may sudo instead of root (sudo
 # installed and granted first, as an administrator would).
@@ -61,6 +62,12 @@ log "a fresh copy of $base"
 cp -a "$base" "$run"
 [[ $keep == 1 ]] || trap 'rm -rf "$run"' EXIT
 git clone -q "$repo" "$run/work/rdma_transport"
+# As a container on this network gets them: the machine's own local CA
+# certificates (a network that inspects TLS; the npm registry, from which
+# ci/lint.sh takes buildifier, is reached over TLS, the Debian mirror not).
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  cp /usr/local/share/ca-certificates/*.crt "$run/usr/local/share/ca-certificates/"
+fi
 git -C "$run/work/rdma_transport" log --oneline -1 >&2
 which=''
 [[ $demo_only == 1 ]] && which=--first
@@ -82,6 +89,6 @@ unshare --mount --propagation private -- bash -c '
   mount --rbind /sys "$root/sys"
   exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    bash -c "set -e; $setup; $step"
+    bash -c "set -e; update-ca-certificates >/dev/null; $setup; $step"
 ' _ "$run" "$user_setup" "$step"
 log "passed in $((SECONDS - start)) s ($([[ $as_user == 1 ]] && echo 'as a user with sudo' || echo 'as root, no sudo'))"

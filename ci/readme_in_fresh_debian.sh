@@ -84,6 +84,9 @@ start=$SECONDS
 unshare --mount --propagation private -- bash -c '
   set -e
   root=$1 setup=$2 step=$3
+  # Its root a mount point, as a container'"'"'s is (a nested unshare of the
+  # Bazel 7 chroot makes "/" private, which a plain directory refuses).
+  mount --bind "$root" "$root"
   mount -t proc proc "$root/proc"
   mount --rbind /dev "$root/dev"
   mount --rbind /sys "$root/sys"

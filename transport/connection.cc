@@ -20,7 +20,8 @@ Connection::Connection(const Context& context, const ConnectionOptions& options,
     : verbs_(context.verbs()),
       env_(context.env()),
       engine_(options.engine),
-      srq_pool_(options.engine != nullptr ? options.engine->pool() : nullptr),
+      srq_pool_(options.engine != nullptr ? options.engine->pool(context)
+                                          : nullptr),
       event_mode_(options.engine == nullptr &&
                   options.progress == ProgressMode::kEvent),
       mu_(options.thread_mode),

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "transport/connection.h"
@@ -81,10 +82,16 @@ absl::Status Connection::CreateQueues() {
         std::max<Clock::duration>(4 * retry_budget, std::chrono::seconds(2));
   }
 
-  if (engine_ != nullptr && &engine_->context() != &context_) {
+  if (engine_ != nullptr && !engine_->Serves(context_)) {
+    std::string served;
+    for (size_t i = 0; i < engine_->devices(); ++i) {
+      absl::StrAppend(&served, i == 0 ? "" : ", ",
+                      engine_->context(i).device_name());
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "the engine is on ", engine_->context().device_name(),
-        "'s Context, not this connection's (", context_.device_name(), ")"));
+        "the engine serves the Context", engine_->devices() == 1 ? "" : "s",
+        " of ", served, ", not this connection's (", context_.device_name(),
+        "): make it with Engine::Create() over this Context too"));
   }
   // With an engine, its CQ and fd serve this connection: none of its own.
   if (o.progress == ProgressMode::kEvent && engine_ == nullptr) {
@@ -115,7 +122,7 @@ absl::Status Connection::CreateQueues() {
   }
   const uint32_t cq_entries = sq_.depth() + o.recv_slots + 1;
   if (engine_ != nullptr) {
-    cq_ = engine_->cq();
+    cq_ = engine_->cq(context_);
   } else {
     absl::StatusOr<ibv_cq*> cq =
         verbs_.CreateCq(context_.device(), cq_entries, this, channel_, 0);
@@ -133,8 +140,8 @@ absl::Status Connection::CreateQueues() {
   if (!qp.ok()) return qp.status();
   inline_ = *std::move(qp);
   if (engine_ != nullptr) {
-    absl::StatusOr<uint32_t> slot =
-        engine_->Attach(this, inline_.qp->qp_num, cq_entries, o.recv_slots);
+    absl::StatusOr<uint32_t> slot = engine_->Attach(
+        this, context_, inline_.qp->qp_num, cq_entries, o.recv_slots);
     if (!slot.ok()) return slot.status();
     engine_slot_ = *slot;
     engine_attached_ = true;

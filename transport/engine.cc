@@ -1,9 +1,9 @@
 // File: transport/engine.cc
 //
-// The Engine (engine.h): the shared CQ and its channel, the slot table,
-// Progress() (poll a batch, dispatch runs of one connection's completions
-// to it), Wait() through the Env, liveness service and the queue of
-// finished asynchronous operations.
+// The Engine (engine.h): a lane a device (its CQ, channel and SRQ pool),
+// the slot table, Progress() (poll a batch of each lane, dispatch runs of
+// one connection's completions to it), Wait() through the Env, liveness
+// service and the queue of finished asynchronous operations.
 
 #include "transport/engine.h"
 
@@ -27,10 +27,12 @@ namespace rdma_transport {
 namespace {
 
 constexpr int kMaxPollBatch = 64;
-// epoll data of the channel and async fds; setup streams carry their slot.
-constexpr uint64_t kChannelTag = ~uint64_t{0};
-constexpr uint64_t kAsyncTag = ~uint64_t{0} - 1;
-constexpr uint64_t kReadyTag = ~uint64_t{0} - 2;
+// epoll data: setup streams carry their slot (below 2^32); a lane's
+// channel and async fds kChannelTag or kAsyncTag plus the lane.
+constexpr uint64_t kChannelTag = uint64_t{1} << 40;
+constexpr uint64_t kAsyncTag = uint64_t{2} << 40;
+constexpr uint64_t kLaneMask = (uint64_t{1} << 32) - 1;
+constexpr uint64_t kReadyTag = ~uint64_t{0};
 constexpr int kMaxEvents = 64;
 
 }  // namespace
@@ -47,16 +49,40 @@ const char* OpOutcomeName(OpOutcome outcome) {
   return "?";
 }
 
-Engine::Engine(const Context& context, const EngineOptions& options)
-    : context_(context),
-      verbs_(context.verbs()),
-      env_(context.env()),
-      made_at_(env_.Now()),
-      options_(options),
-      qp_slots_(options.max_connections) {}
+Engine::Engine(Env& env, const EngineOptions& options)
+    : env_(env), made_at_(env_.Now()), options_(options) {}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     const Context& context, const EngineOptions& options) {
+  return Create(std::vector<const Context*>{&context}, options);
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const std::vector<const Context*>& contexts, const EngineOptions& options) {
+  if (contexts.empty() || contexts.size() > kMaxEngineDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an engine serves 1..", kMaxEngineDevices,
+                     " devices; given ", contexts.size()));
+  }
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    if (contexts[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Context ", i, " of the engine's list is null"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (contexts[j] == contexts[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Context ", i, " (", contexts[i]->device_name(),
+                         ") is in the engine's list twice (also ", j, ")"));
+      }
+    }
+    if (&contexts[i]->env() != &contexts[0]->env()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Contexts ", 0, " (", contexts[0]->device_name(), ") and ", i, " (",
+          contexts[i]->device_name(),
+          ") run on different Envs; one engine waits on one clock"));
+    }
+  }
   if (options.max_connections < 1 ||
       options.max_connections > kMaxEngineSlots) {
     return absl::InvalidArgumentError(
@@ -70,56 +96,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (options.max_async_ops < 1) {
     return absl::InvalidArgumentError("max_async_ops must be at least 1");
   }
-  std::unique_ptr<Engine> engine(new Engine(context, options));
-  const int device_max = context.device_attr().max_cqe;
-  uint32_t entries = options.cq_entries;
-  if (entries == 0) {
-    entries = device_max > 0 ? std::min<uint32_t>(65536, device_max) : 65536;
-  }
-  if (device_max > 0 && entries > static_cast<uint32_t>(device_max)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cq_entries ", entries, " exceeds ", context.device_name(),
-                     "'s max_cqe ", device_max));
-  }
-  Verbs& verbs = context.verbs();
-  absl::StatusOr<ibv_comp_channel*> channel =
-      verbs.CreateCompChannel(context.device());
-  if (!channel.ok()) return channel.status();
-  engine->channel_ = *channel;
-  const int flags = fcntl(engine->channel_->fd, F_GETFL);
-  if (flags < 0 ||
-      fcntl(engine->channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-    return VerbsError("fcntl(completion channel, O_NONBLOCK)", errno);
-  }
-  absl::StatusOr<ibv_cq*> cq =
-      verbs.CreateCq(context.device(), static_cast<int>(entries), engine.get(),
-                     engine->channel_, 0);
-  if (!cq.ok()) return cq.status();
-  engine->cq_ = *cq;
-  engine->cq_entries_ = entries;
+  std::unique_ptr<Engine> engine(new Engine(contexts[0]->env(), options));
   engine->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (engine->epoll_fd_ < 0) return VerbsError("epoll_create1", errno);
   if (options.progress == ProgressMode::kEvent) {
     engine->ready_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (engine->ready_fd_ < 0) return VerbsError("eventfd", errno);
-  }
-  for (auto [fd, tag] : {std::pair{engine->channel_->fd, kChannelTag},
-                         std::pair{context.async_fd(), kAsyncTag},
-                         std::pair{engine->ready_fd_, kReadyTag}}) {
-    if (fd < 0) continue;
-    epoll_event event = {};
-    event.events = EPOLLIN;
-    event.data.u64 = tag;
-    if (epoll_ctl(engine->epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
-      return VerbsError("epoll_ctl(EPOLL_CTL_ADD)", errno);
+    if (absl::Status status = engine->Watch(engine->ready_fd_, kReadyTag);
+        !status.ok()) {
+      return status;
     }
   }
-  if (options.srq_slots > 0) {
-    absl::StatusOr<std::unique_ptr<SharedReceivePool>> pool =
-        SharedReceivePool::Create(context, options.srq_slots,
-                                  options.srq_slot_bytes);
-    if (!pool.ok()) return pool.status();
-    engine->pool_ = *std::move(pool);
+  engine->lanes_.reserve(contexts.size());
+  for (const Context* context : contexts) {
+    if (absl::Status status = engine->AddLane(*context); !status.ok()) {
+      if (contexts.size() == 1) return status;
+      return WithContext(
+          status, absl::StrCat("engine: device ", context->device_name()));
+    }
   }
   engine->slots_.assign(options.max_connections, Slot{});
   engine->ready_.Reset(options.max_connections);
@@ -131,6 +125,63 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   return engine;
 }
 
+absl::Status Engine::Watch(int fd, uint64_t tag) {
+  epoll_event event = {};
+  event.events = EPOLLIN;
+  event.data.u64 = tag;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+    return VerbsError("epoll_ctl(EPOLL_CTL_ADD)", errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AddLane(const Context& context) {
+  const uint32_t index = static_cast<uint32_t>(lanes_.size());
+  // Made in place: the destructor cleans up whatever the lane holds.
+  Lane& lane = lanes_.emplace_back(context, options_.max_connections);
+  const int device_max = context.device_attr().max_cqe;
+  uint32_t entries = options_.cq_entries;
+  if (entries == 0) {
+    entries = device_max > 0 ? std::min<uint32_t>(65536, device_max) : 65536;
+  }
+  if (device_max > 0 && entries > static_cast<uint32_t>(device_max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cq_entries ", entries, " exceeds ", context.device_name(),
+                     "'s max_cqe ", device_max));
+  }
+  absl::StatusOr<ibv_comp_channel*> channel =
+      lane.verbs->CreateCompChannel(context.device());
+  if (!channel.ok()) return channel.status();
+  lane.channel = *channel;
+  const int flags = fcntl(lane.channel->fd, F_GETFL);
+  if (flags < 0 || fcntl(lane.channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return VerbsError("fcntl(completion channel, O_NONBLOCK)", errno);
+  }
+  absl::StatusOr<ibv_cq*> cq = lane.verbs->CreateCq(
+      context.device(), static_cast<int>(entries), this, lane.channel, 0);
+  if (!cq.ok()) return cq.status();
+  lane.cq = *cq;
+  lane.cq_entries = entries;
+  if (absl::Status status = Watch(lane.channel->fd, kChannelTag + index);
+      !status.ok()) {
+    return status;
+  }
+  if (context.async_fd() >= 0) {
+    if (absl::Status status = Watch(context.async_fd(), kAsyncTag + index);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (options_.srq_slots > 0) {
+    absl::StatusOr<std::unique_ptr<SharedReceivePool>> pool =
+        SharedReceivePool::Create(context, options_.srq_slots,
+                                  options_.srq_slot_bytes);
+    if (!pool.ok()) return pool.status();
+    lane.pool = *std::move(pool);
+  }
+  return absl::OkStatus();
+}
+
 Engine::~Engine() {
   if (attached_ > 0) {
     std::fprintf(stderr,
@@ -139,38 +190,46 @@ Engine::~Engine() {
                  attached_);
     std::abort();
   }
-  pool_.reset();  // the SRQ, after every QP attached to it
-  if (cq_ != nullptr) {
-    if (absl::Status status = verbs_.DestroyCq(cq_); !status.ok()) {
-      std::fprintf(stderr, "rdma_transport: engine: %s\n",
-                   status.ToString().c_str());
+  for (Lane& lane : lanes_) {
+    lane.pool.reset();  // the SRQ, after every QP attached to it
+    if (lane.cq != nullptr) {
+      if (absl::Status status = lane.verbs->DestroyCq(lane.cq); !status.ok()) {
+        std::fprintf(stderr, "rdma_transport: engine: %s\n",
+                     status.ToString().c_str());
+      }
+    }
+    if (lane.channel != nullptr) {
+      (void)lane.verbs->DestroyCompChannel(lane.channel);
     }
   }
-  if (channel_ != nullptr) (void)verbs_.DestroyCompChannel(channel_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (ready_fd_ >= 0) ::close(ready_fd_);
 }
 
-uint32_t Engine::SlotOfQp(uint32_t qp_num) const {
-  return qp_slots_.Find(qp_num);
-}
-
-absl::StatusOr<uint32_t> Engine::Attach(Connection* connection, uint32_t qp_num,
+absl::StatusOr<uint32_t> Engine::Attach(Connection* connection,
+                                        const Context& context, uint32_t qp_num,
                                         uint32_t cq_entries,
                                         uint32_t srq_credits) {
+  const uint32_t index = LaneOf(context);
+  if (index == kNoLane) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the engine does not serve ", context.device_name(), "'s Context"));
+  }
+  Lane& lane = lanes_[index];
   if (free_slots_.empty()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the engine holds its maximum of ",
                      options_.max_connections, " connections"));
   }
-  if (cq_reserved_ + cq_entries > cq_entries_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the engine's completion queue has ", cq_entries_ - cq_reserved_,
-        " of ", cq_entries_, " entries left, the connection needs ", cq_entries,
-        " (EngineOptions::cq_entries)"));
+  if (lane.cq_reserved + cq_entries > lane.cq_entries) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the engine's completion queue on ", context.device_name(),
+                     " has ", lane.cq_entries - lane.cq_reserved, " of ",
+                     lane.cq_entries, " entries left, the connection needs ",
+                     cq_entries, " (EngineOptions::cq_entries)"));
   }
-  if (pool_ != nullptr) {
-    if (absl::Status status = pool_->Reserve(srq_credits); !status.ok()) {
+  if (lane.pool != nullptr) {
+    if (absl::Status status = lane.pool->Reserve(srq_credits); !status.ok()) {
       return status;
     }
   } else {
@@ -178,16 +237,19 @@ absl::StatusOr<uint32_t> Engine::Attach(Connection* connection, uint32_t qp_num,
   }
   const uint32_t slot = free_slots_.back();
   free_slots_.pop_back();
-  slots_[slot] = {connection, qp_num, cq_entries, srq_credits, -1};
-  cq_reserved_ += cq_entries;
+  slots_[slot] = {connection, LaneQp(index, qp_num), cq_entries, srq_credits,
+                  -1};
+  lane.cq_reserved += cq_entries;
   ++attached_;
-  qp_slots_.Insert(qp_num, slot);
+  lane.qp_slots.Insert(qp_num, slot);
   return slot;
 }
 
 void Engine::DrainForDetach(uint32_t slot) {
   Slot& s = slots_[slot];
-  if (s.connection == nullptr || pool_ == nullptr) return;
+  if (s.connection == nullptr || lanes_[s.lane_qp >> 32].pool == nullptr) {
+    return;
+  }
   Connection* const connection = s.connection;
   s.connection = nullptr;  // its completions are stale from here on
   while (Progress() > 0) {
@@ -201,9 +263,11 @@ void Engine::Detach(uint32_t slot) {
   WatchSetupStream(slot, -1);
   ready_.Remove(slot);
   if (ready_fd_ >= 0) SyncReadyFd();
-  cq_reserved_ -= s.cq_entries;
-  if (pool_ != nullptr) pool_->Unreserve(s.srq_credits);
-  if (qp_slots_.Find(s.qp_num) == slot) qp_slots_.Erase(s.qp_num);
+  Lane& lane = lanes_[s.lane_qp >> 32];
+  const uint32_t qp_num = static_cast<uint32_t>(s.lane_qp & kLaneMask);
+  lane.cq_reserved -= s.cq_entries;
+  if (lane.pool != nullptr) lane.pool->Unreserve(s.srq_credits);
+  if (lane.qp_slots.Find(qp_num) == slot) lane.qp_slots.Erase(qp_num);
   s = Slot{};
   free_slots_.push_back(slot);
   --attached_;
@@ -274,19 +338,8 @@ void Engine::SyncReadyFd() {
 
 int Engine::Progress() {
   ++stats_.progress_calls;
-  ibv_wc wcs[kMaxPollBatch];
-  absl::StatusOr<int> polled =
-      verbs_.PollCq(cq_, static_cast<int>(options_.poll_batch), wcs);
-  if (!polled.ok()) [[unlikely]] {
-    // The shared CQ failed (an overrun, say): every connection on it has.
-    context_.PollAsyncEvents();
-    const absl::Status status = WithContext(polled.status(), "engine CQ");
-    for (Slot& s : slots_) {
-      if (s.connection != nullptr) s.connection->EngineFail(status);
-    }
-    return 0;
-  }
-  const int n = *polled;
+  int n = 0;
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) n += PollLane(lane);
   // A service turn after kServiceInterval empty polls in a row, and after
   // kBusyServiceInterval calls however busy (once what was polled is
   // dispatched): a connection whose ops are stuck is noticed (deadlines,
@@ -297,14 +350,33 @@ int Engine::Progress() {
     return 0;
   }
   idle_turns_ = 0;
+  if (turns_since_service_ >= kBusyServiceInterval) MaybeServiceTurn();
+  return n;
+}
+
+int Engine::PollLane(uint32_t index) {
+  Lane& lane = lanes_[index];
+  ibv_wc wcs[kMaxPollBatch];
+  absl::StatusOr<int> polled =
+      lane.verbs->PollCq(lane.cq, static_cast<int>(options_.poll_batch), wcs);
+  if (!polled.ok()) [[unlikely]] {
+    // A shared CQ failed (an overrun, say): every connection on it has.
+    lane.context->PollAsyncEvents();
+    FailLane(index, WithContext(polled.status(),
+                                absl::StrCat("engine CQ of ",
+                                             lane.context->device_name())));
+    return 0;
+  }
+  const int n = *polled;
+  if (n == 0) return 0;
   stats_.completions += n;
   // A shared receive completion names its pool slot, not the connection:
   // that one is found by qp_num.
   uint32_t slot_of[kMaxPollBatch];
   for (int k = 0; k < n; ++k) {
     if (WrIdKind(wcs[k].wr_id) == static_cast<uint8_t>(WrKind::kSrqRecv)) {
-      slot_of[k] = SlotOfQp(wcs[k].qp_num);
-      if (pool_ != nullptr) pool_->NoteConsumed();
+      slot_of[k] = lane.qp_slots.Find(wcs[k].qp_num);
+      if (lane.pool != nullptr) lane.pool->NoteConsumed();
     } else {
       slot_of[k] = WrIdEngineSlot(wcs[k].wr_id);
     }
@@ -317,19 +389,27 @@ int Engine::Progress() {
       ++j;
     }
     Connection* connection =
-        slot < slots_.size() && slots_[slot].qp_num == wcs[i].qp_num
+        slot < slots_.size() &&
+                slots_[slot].lane_qp == LaneQp(index, wcs[i].qp_num)
             ? slots_[slot].connection
             : nullptr;
     if (connection != nullptr) [[likely]] {
       connection->EngineDispatch({wcs + i, static_cast<size_t>(j - i)});
     } else {
       stats_.stale_completions += j - i;
-      ReclaimStale({wcs + i, static_cast<size_t>(j - i)});
+      ReclaimStale(lane, {wcs + i, static_cast<size_t>(j - i)});
     }
     i = j;
   }
-  if (turns_since_service_ >= kBusyServiceInterval) MaybeServiceTurn();
   return n;
+}
+
+void Engine::FailLane(uint32_t lane, const absl::Status& status) {
+  for (Slot& s : slots_) {
+    if (s.connection != nullptr && (s.lane_qp >> 32) == lane) {
+      s.connection->EngineFail(status);
+    }
+  }
 }
 
 void Engine::MaybeServiceTurn() {
@@ -353,26 +433,26 @@ void Engine::MaybeServiceTurn() {
   service_gate_.Serviced(cycles, now, wake, count > 0);
 }
 
-void Engine::ReclaimStale(std::span<const ibv_wc> wcs) {
-  if (pool_ == nullptr) return;
+void Engine::ReclaimStale(Lane& lane, std::span<const ibv_wc> wcs) {
+  if (lane.pool == nullptr) return;
   // A shared slot consumed by a connection that has gone goes back to the
   // pool: nobody else will.
   for (const ibv_wc& wc : wcs) {
     if (WrIdKind(wc.wr_id) != static_cast<uint8_t>(WrKind::kSrqRecv)) continue;
     if (absl::Status status =
-            pool_->Repost(static_cast<uint32_t>(WrIdValue(wc.wr_id)));
+            lane.pool->Repost(static_cast<uint32_t>(WrIdValue(wc.wr_id)));
         !status.ok()) {
       std::fprintf(stderr, "rdma_transport: %s\n", status.ToString().c_str());
     }
   }
 }
 
-void Engine::DrainChannel() {
+void Engine::DrainChannel(Lane& lane) {
   ibv_cq* cq = nullptr;
   void* cq_context = nullptr;
-  while (verbs_.GetCqEvent(channel_, &cq, &cq_context).ok()) {
-    verbs_.AckCqEvents(cq, 1);
-    cq_armed_ = false;  // an event disarms the CQ
+  while (lane.verbs->GetCqEvent(lane.channel, &cq, &cq_context).ok()) {
+    lane.verbs->AckCqEvents(cq, 1);
+    lane.cq_armed = false;  // an event disarms the CQ
   }
 }
 
@@ -382,10 +462,12 @@ size_t Engine::ReadEvents(std::span<uint32_t> setup_readable) {
   size_t count = 0;
   for (int i = 0; i < n; ++i) {
     const uint64_t tag = events[i].data.u64;
-    if (tag == kChannelTag) {
-      DrainChannel();
-    } else if (tag == kAsyncTag || tag == kReadyTag) {
-      // Service() reads the async events; ready_fd_ stays as it is.
+    if (tag == kReadyTag) {
+      // ready_fd_ stays as it is.
+    } else if ((tag & ~kLaneMask) == kChannelTag) {
+      DrainChannel(lanes_[tag & kLaneMask]);
+    } else if ((tag & ~kLaneMask) == kAsyncTag) {
+      // Service() reads the async events.
     } else if (count < setup_readable.size()) {
       setup_readable[count++] = static_cast<uint32_t>(tag);
     }
@@ -397,7 +479,7 @@ Deadline Engine::Service(std::span<const uint32_t> setup_readable,
                          Deadline now) {
   idle_turns_ = 0;
   turns_since_service_ = 0;
-  context_.PollAsyncEvents();
+  for (Lane& lane : lanes_) lane.context->PollAsyncEvents();
   Deadline wake = kNoDeadline;
   for (uint32_t slot = 0; slot < slots_.size(); ++slot) {
     Connection* connection = slots_[slot].connection;
@@ -420,22 +502,27 @@ absl::Status Engine::Wait(Deadline deadline) {
     if (finished_count_ > 0 || !ready_.empty()) return absl::OkStatus();
     const uint64_t token = env_.PrepareWait();
     if (Progress() > 0) return absl::OkStatus();
-    if (!cq_armed_) {
-      if (absl::Status status = verbs_.ReqNotifyCq(cq_, false); !status.ok()) {
-        return WithContext(status, "engine: arming the CQ");
+    bool armed_now = false;
+    for (Lane& lane : lanes_) {
+      if (lane.cq_armed) continue;
+      if (absl::Status status = lane.verbs->ReqNotifyCq(lane.cq, false);
+          !status.ok()) {
+        return WithContext(status, absl::StrCat("engine: arming the CQ of ",
+                                                lane.context->device_name()));
       }
-      cq_armed_ = true;
-      // What arrived before the CQ was armed raises no event.
-      if (Progress() > 0) return absl::OkStatus();
+      lane.cq_armed = true;
+      armed_now = true;
     }
+    // What arrived before a CQ was armed raises no event.
+    if (armed_now && Progress() > 0) return absl::OkStatus();
     uint32_t readable[kMaxEvents];
     const size_t count = ReadEvents(readable);
     const Deadline wake = Service({readable, count}, env_.Now());
     if (finished_count_ > 0 || !ready_.empty()) return absl::OkStatus();
-    // The channel event (if any) was taken by ReadEvents; the CQ needs
-    // arming again before sleeping, and before returning: the caller's
-    // epoll on fd() must see the next completion.
-    if (!cq_armed_) continue;
+    // The channel events (if any) were taken by ReadEvents; a CQ that had
+    // one needs arming again before sleeping, and before returning: the
+    // caller's epoll on fd() must see the next completion.
+    if (!AllArmed()) continue;
     if (env_.Now() >= deadline) {
       return absl::DeadlineExceededError("engine: nothing before the deadline");
     }
@@ -447,12 +534,15 @@ absl::Status Engine::Wait(Deadline deadline) {
 EngineStats Engine::stats() const {
   EngineStats stats = stats_;
   stats.connections = attached_;
-  stats.cq_entries = cq_entries_;
-  stats.cq_entries_reserved = cq_reserved_;
-  if (pool_ != nullptr) {
-    stats.srq_slots = pool_->slots();
-    stats.srq_slots_reserved = pool_->reserved();
-    stats.srq_slots_held = pool_->held();
+  stats.devices = static_cast<uint32_t>(lanes_.size());
+  for (const Lane& lane : lanes_) {
+    stats.cq_entries += lane.cq_entries;
+    stats.cq_entries_reserved += lane.cq_reserved;
+    if (lane.pool != nullptr) {
+      stats.srq_slots += lane.pool->slots();
+      stats.srq_slots_reserved += lane.pool->reserved();
+      stats.srq_slots_held += lane.pool->held();
+    }
   }
   return stats;
 }

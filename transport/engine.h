@@ -1,9 +1,11 @@
 // File: transport/engine.h
 //
-// `Engine`: one progress engine for many connections of one device. It owns
-// one completion queue shared by the send and receive queues of every
-// connection attached to it, the completion channel behind one pollable fd,
-// and a preallocated dispatch table; one Progress() call drives them all.
+// `Engine`: one progress engine for many connections, on one device or
+// several. For each device (Context) it serves it owns one completion queue
+// shared by the send and receive queues of every connection attached there,
+// and that queue's completion channel; one pollable fd watches them all and
+// one preallocated dispatch table names every connection, so one Progress()
+// call drives them all.
 // It also carries asynchronous operations (one-sided:
 // Connection::PostWrite/PostRead; messages: PostSendFrom) to their end:
 // each finished operation
@@ -78,17 +80,37 @@
 //   auto connection = Connect(context, address, shape);
 //   absl::Status sent = (*connection)->Send(bytes);  // blocking calls too
 //
+// Several devices. Engine::Create({&nic0, &nic1}) makes an engine that
+// serves connections on either Context: one thread, one loop, one fd, one
+// queue of ready connections and one of finished operations over both NICs.
+// Each device keeps what verbs tie to a device: its own CQ (and, with
+// srq_slots, its own SRQ and pool), sized by the options for each. A
+// connection on a Context the engine was not made with fails Connect() or
+// Accept() with kInvalidArgument naming both. The Contexts must share one
+// Env (one clock) and outlive the engine.
+//
+//   std::vector<const Context*> nics = {&nic0, &nic1};
+//   absl::StatusOr<std::unique_ptr<Engine>> both = Engine::Create(nics);
+//   ConnectionOptions on_both;
+//   on_both.engine = both->get();
+//   auto rail0 = Connect(nic0, "10.0.0.2:7471", on_both);
+//   auto rail1 = Connect(nic1, "10.0.1.2:7471", on_both);
+//   while ((*both)->Progress() > 0) {
+//   }  // completions of both NICs dispatched
+//
 // Dispatch. Every work request of an attached connection carries the
 // connection's slot in the engine in its wr_id (wr_id.h); a completion goes
 // to slots[slot] after a check that its qp_num is that connection's (a
 // completion left over from a connection that has gone is dropped). A
 // receive of the shared queue names its pool slot instead, and goes to the
 // connection whose QP it arrived on (a hash table of the attached QP
-// numbers, qp_slot_table.h: O(1)); a stale one has its slot reposted. No
-// allocation, no lookup that allocates: the tables are sized at Create().
+// numbers of that device, qp_slot_table.h: O(1)); a stale one has its slot
+// reposted. QP numbers are per device, so a completion counts as a slot's
+// only when it came from the slot's device's CQ. No allocation, no lookup
+// that allocates: the tables are sized at Create().
 //
-// Capacity. The CQ holds `cq_entries` completions; a connection attaching
-// reserves its send queue plus its receive queue of them (about
+// Capacity. Each device's CQ holds `cq_entries` completions; a connection
+// attaching reserves its send queue plus its receive queue of them (about
 // send_slots + max_rdma_batch + 4 + recv_slots) and Connect()/Accept() fail
 // with kResourceExhausted when they are not left, as when all
 // `max_connections` slots are taken. Asynchronous operations posted and not
@@ -199,17 +221,18 @@ class Connection;
 struct EngineOptions {
   // Connections attached at once (at most kMaxEngineSlots, wr_id.h).
   uint32_t max_connections = 1024;
-  // Completion queue entries; 0: min(65536, the device's max_cqe).
+  // Completion queue entries of each device; 0: min(65536, the device's
+  // max_cqe).
   uint32_t cq_entries = 0;
   // Asynchronous operations posted and not yet taken by NextCompletion().
   uint32_t max_async_ops = 65536;
-  // Completions taken per poll in Progress() (1..64).
+  // Completions taken per poll of each device's CQ in Progress() (1..64).
   uint32_t poll_batch = 32;
-  // A shared receive queue of this many slots (0: none, each connection
-  // keeps its own receive ring). Attached connections then take their
-  // receives from it: each reserves its recv_slots of them at attach
-  // (kResourceExhausted when they are not left) and registers no receive
-  // ring (see "Shared receive queue" above). At most the device's
+  // On each device, a shared receive queue of this many slots (0: none,
+  // each connection keeps its own receive ring). Attached connections then
+  // take their device's receives: each reserves its recv_slots of them at
+  // attach (kResourceExhausted when they are not left) and registers no
+  // receive ring (see "Shared receive queue" above). At most the device's
   // max_srq_wr; a device without SRQs fails Create() with kUnimplemented.
   uint32_t srq_slots = 0;
   // Bytes of one shared slot (64..kMaxSlotSize): the largest message an
@@ -259,24 +282,37 @@ struct EngineStats {
   uint64_t ops_failed = 0;
   uint64_t ops_outcome_unknown = 0;
   uint32_t connections = 0;
+  uint32_t devices = 0;  // the Contexts it serves; the figures below sum them
   uint32_t cq_entries = 0;
   uint32_t cq_entries_reserved = 0;
-  uint32_t srq_slots = 0;           // EngineOptions::srq_slots
+  uint32_t srq_slots = 0;           // EngineOptions::srq_slots a device
   uint32_t srq_slots_reserved = 0;  // the attached connections' recv_slots
   uint32_t srq_slots_held = 0;      // holding a message not yet received
 };
 
+// The most devices one engine serves.
+inline constexpr size_t kMaxEngineDevices = 64;
+
 class Engine {
  public:
+  // An engine for connections on `context`.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
       const Context& context, const EngineOptions& options = {});
+  // An engine for connections on any of `contexts` (1..kMaxEngineDevices,
+  // distinct, on one Env): see "Several devices" above. kInvalidArgument
+  // names what is wrong with the list; a device that refuses its CQ or SRQ
+  // fails the whole Create() with that device's error.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const std::vector<const Context*>& contexts,
+      const EngineOptions& options = {});
 
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
   ~Engine();
 
-  // Polls one batch of completions and dispatches each to its connection;
-  // returns how many were polled (0: the CQ was empty). Never blocks.
+  // Polls one batch of completions from each device's CQ and dispatches
+  // each to its connection; returns how many were polled (0: every CQ was
+  // empty). Never blocks.
   int Progress();
   // Sleeps until there may be work: returns OK once completions were
   // dispatched, or NextCompletion() or ReadyConnection() has something,
@@ -303,16 +339,61 @@ class Engine {
   size_t connections_ready() const { return ready_.size(); }
 
   EngineStats stats() const;
-  const Context& context() const { return context_; }
+  // The Contexts it serves, in the order given to Create().
+  size_t devices() const { return lanes_.size(); }
+  const Context& context(size_t device = 0) const {
+    return *lanes_[device].context;
+  }
+  // Whether connections on `context` may attach.
+  bool Serves(const Context& context) const {
+    return LaneOf(context) != kNoLane;
+  }
 
  private:
   friend class Connection;
 
-  Engine(const Context& context, const EngineOptions& options);
+  // One device's share: what verbs tie to a device.
+  struct Lane {
+    explicit Lane(const Context& on, uint32_t max_connections)
+        : context(&on), verbs(&on.verbs()), qp_slots(max_connections) {}
+    const Context* context;
+    Verbs* verbs;
+    ibv_comp_channel* channel = nullptr;
+    ibv_cq* cq = nullptr;
+    std::unique_ptr<SharedReceivePool> pool;
+    // The slot of every connection attached on this device, by qp_num.
+    QpSlotTable qp_slots;
+    uint32_t cq_entries = 0;
+    uint32_t cq_reserved = 0;
+    bool cq_armed = false;
+  };
+  static constexpr uint32_t kNoLane = ~uint32_t{0};
 
-  // For Connection: attaching reserves `cq_entries`, a slot and, with a
-  // shared receive queue, `srq_credits` of its slots.
-  absl::StatusOr<uint32_t> Attach(Connection* connection, uint32_t qp_num,
+  Engine(Env& env, const EngineOptions& options);
+  // Makes `context`'s lane: its channel, CQ, SRQ pool, epoll entries.
+  absl::Status AddLane(const Context& context);
+  // Adds `fd` to epoll_fd_'s set, readable, with `tag` as its data.
+  absl::Status Watch(int fd, uint64_t tag);
+  bool AllArmed() const {
+    for (const Lane& lane : lanes_) {
+      if (!lane.cq_armed) return false;
+    }
+    return true;
+  }
+  uint32_t LaneOf(const Context& context) const {
+    for (uint32_t i = 0; i < lanes_.size(); ++i) {
+      if (lanes_[i].context == &context) return i;
+    }
+    return kNoLane;
+  }
+  // Polls one batch of lane `lane`'s CQ and dispatches it.
+  int PollLane(uint32_t lane);
+
+  // For Connection: attaching on `context` (which the engine serves)
+  // reserves `cq_entries` of its device's CQ, a slot and, with a shared
+  // receive queue, `srq_credits` of its slots.
+  absl::StatusOr<uint32_t> Attach(Connection* connection,
+                                  const Context& context, uint32_t qp_num,
                                   uint32_t cq_entries, uint32_t srq_credits);
   // With a shared receive queue: the connection's QP has been moved to ERR
   // (it consumes no more receives); polls the CQ until it is empty with the
@@ -320,17 +401,22 @@ class Engine {
   // them holds is reposted before the QP's destruction would clean it away.
   void DrainForDetach(uint32_t slot);
   void Detach(uint32_t slot);
-  // The shared receive queue's slots, or nullptr without one.
-  SharedReceivePool* pool() const { return pool_.get(); }
-  // The slot whose QP is `qp_num`, or kNoSlot (for SRQ receive completions,
-  // whose wr_id cannot name the connection).
-  static constexpr uint32_t kNoSlot = QpSlotTable::kNone;
-  uint32_t SlotOfQp(uint32_t qp_num) const;
+  // `context`'s shared receive queue's slots, or nullptr without one (or
+  // when the engine does not serve `context`).
+  SharedReceivePool* pool(const Context& context) const {
+    const uint32_t lane = LaneOf(context);
+    return lane == kNoLane ? nullptr : lanes_[lane].pool.get();
+  }
   // The connection's setup stream, watched by fd() (-1: none).
   void WatchSetupStream(uint32_t slot, int fd);
-  ibv_cq* cq() const { return cq_; }
-  // Stale completions: shared slots they consumed are reposted.
-  void ReclaimStale(std::span<const ibv_wc> wcs);
+  // `context`'s CQ (the engine serves it).
+  ibv_cq* cq(const Context& context) const {
+    return lanes_[LaneOf(context)].cq;
+  }
+  // Stale completions of `lane`: shared slots they consumed are reposted.
+  void ReclaimStale(Lane& lane, std::span<const ibv_wc> wcs);
+  // Every connection on `lane` fails with `status` (its CQ failed).
+  void FailLane(uint32_t lane, const absl::Status& status);
   // Room for `count` more operations (counted until taken).
   bool HasOpRoom(uint32_t count) const {
     return ops_outstanding_ + count <= options_.max_async_ops;
@@ -361,32 +447,29 @@ class Engine {
   // ReadEvents() then Service(), from Progress(), when service_gate_ says
   // the turn is due (always in virtual time).
   void MaybeServiceTurn();
-  void DrainChannel();
+  void DrainChannel(Lane& lane);
 
-  const Context& context_;
-  Verbs& verbs_;
   Env& env_;
   // When the engine was made, on its Env's clock: Wait() checks its
   // deadline's clock against it (OnClockOf) before anything else.
   const Deadline made_at_;
   EngineOptions options_;
-  ibv_comp_channel* channel_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  std::unique_ptr<SharedReceivePool> pool_;
-  // The slot of every attached connection's QP, by qp_num.
-  QpSlotTable qp_slots_;
+  // One a device, in Create()'s order; never resized after Create().
+  std::vector<Lane> lanes_;
   int epoll_fd_ = -1;
   // kEvent: an eventfd in epoll_fd_'s set, readable exactly while
   // ready_signalled_ (ReadyConnection() or NextCompletion() has something).
   int ready_fd_ = -1;
   bool ready_signalled_ = false;
-  bool cq_armed_ = false;
-  uint32_t cq_entries_ = 0;
-  uint32_t cq_reserved_ = 0;
 
+  // A completion polled from lane L for QP q belongs to slot s exactly when
+  // slots_[s].lane_qp == LaneQp(L, q).
+  static uint64_t LaneQp(uint32_t lane, uint32_t qp_num) {
+    return (uint64_t{lane} << 32) | qp_num;
+  }
   struct Slot {
     Connection* connection = nullptr;
-    uint32_t qp_num = 0;
+    uint64_t lane_qp = 0;
     uint32_t cq_entries = 0;
     uint32_t srq_credits = 0;
     int setup_fd = -1;

@@ -151,6 +151,11 @@ int ArrivalsExample(absl::StatusOr<std::unique_ptr<Engine>>& engine, Env& env,
 [[maybe_unused]] void EngineDeadlineExample(Connection* connection,
                                             std::span<const RdmaOp> ops,
                                             Env& env) {
+  // header-example: transport/engine.h 5
+}
+
+[[maybe_unused]] void EngineDevicesExample(const Context& nic0,
+                                           const Context& nic1) {
   // header-example: transport/engine.h 4
 }
 

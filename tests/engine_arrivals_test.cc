@@ -189,6 +189,43 @@ TEST_P(EngineArrivalsTest, TheFdIsReadableWhileAConnectionIsReady) {
   EXPECT_FALSE(Readable(engine_->fd()));
 }
 
+// kNoWait (connection.h, "Not waiting"): an empty receive takes no service
+// turn (the clock, the setup stream, the device's events) and, on the
+// engine, no Progress(); a receive with a deadline of now takes one.
+TEST_P(EngineArrivalsTest, ReceivingWithoutWaitingLooksAtNothingElse) {
+  ConnectPairs(2);
+  std::vector<std::byte> buffer(64);
+  const Deadline before = env().Now();
+  const uint64_t progress_calls = engine_->stats().progress_calls;
+  for (Connection* idle : {clients_[0].get(), servers_[0].get()}) {
+    const uint64_t turns = idle->stats().service_turns;
+    for (int i = 0; i < 10000; ++i) {
+      absl::StatusOr<size_t> n = idle->Receive(buffer, kNoWait);
+      ASSERT_TRUE(absl::IsDeadlineExceeded(n.status())) << n.status();
+    }
+    EXPECT_EQ(idle->stats().service_turns, turns) << idle->name();
+  }
+  EXPECT_EQ(engine_->stats().progress_calls, progress_calls);
+  EXPECT_EQ(env().Now(), before);
+  // What is there is taken: the engine's once Progress() brought it, the
+  // server's own from its CQ.
+  Arrive(0, "to the client");
+  absl::StatusOr<size_t> n = clients_[0]->Receive(buffer, kNoWait);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffer.data()), *n),
+            "to the client");
+  ASSERT_TRUE(clients_[1]->Send(Bytes("to the server")).ok());
+  n = servers_[1]->Receive(buffer, kNoWait);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(buffer.data()), *n),
+            "to the server");
+  // The contrast: a deadline of now makes the busy wait's service turn.
+  const uint64_t turns = servers_[1]->stats().service_turns;
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      servers_[1]->Receive(buffer, env().Now()).status()));
+  EXPECT_GT(servers_[1]->stats().service_turns, turns);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, EngineArrivalsTest,
                          ::testing::Values(Shape{false,
                                                  ProgressMode::kBusyPoll},

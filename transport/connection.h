@@ -93,6 +93,21 @@
 // (one waiting in Send(), say), the fd tells, and the completion queue is
 // re-armed before any call returns, so no message sits unseen.
 //
+// Not waiting. A receive given kNoWait (verbs_shim/env.h) takes a message
+// that is there and otherwise returns kDeadlineExceeded at once: it never
+// yields the CPU, sleeps, reads a clock or makes a system call. A
+// connection of its own first polls its completion queue (ibv_poll_cq, no
+// system call on any provider we run); on an engine the engine's Progress()
+// brings messages in, and a kNoWait receive only takes what it brought
+// (ReadyConnection() says where). A receive given a deadline of now also
+// gives up at once, but looks at the clock, the setup stream and the
+// device's events first, as every wait does.
+//
+//   absl::StatusOr<size_t> n = connection->Receive(buffer, kNoWait);
+//   if (absl::IsDeadlineExceeded(n.status())) {
+//     // nothing there; n.ok(): *n bytes received
+//   }
+//
 // Memory for one peer. BindRegion() opens a range of a region registered
 // with kBindable to this connection's peer only (peer_region.h): one type 2
 // memory window and one signalled IBV_WR_BIND_MW on this send queue per
@@ -640,6 +655,8 @@ class Connection final : private AsyncEventListener {
                                Deadline deadline, Ready ready,
                                const char* waiting_for);
   absl::Status PeerClosedError() const;
+  // A kNoWait receive that found no message.
+  absl::Status NoMessageWaitingError() const;
   // Waits until work request `seq` has completed (WaitUntilLocked()).
   // (Inline, connection_internal.h.)
   absl::Status WaitForSeqLocked(std::unique_lock<ConnectionLock>& lock,

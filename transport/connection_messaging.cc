@@ -410,6 +410,12 @@ absl::StatusOr<size_t> Connection::ReceiveRendezvousLocked(
       if (PollOnceLocked(lock)) continue;
       return failure_;
     }
+    if (deadline == kNoWait) {
+      // What is there only (connection.h, "Not waiting"): a connection of
+      // its own empties its CQ; an engine's holds what Progress() gave it.
+      if (!engine_attached_ && PollOnceLocked(lock)) continue;
+      return NoMessageWaitingError();
+    }
     uint64_t token;
     if (PollOrPrepareWaitLocked(lock, token)) continue;
     if (!WaitLocked(lock, token, deadline).ok()) {
@@ -417,6 +423,11 @@ absl::StatusOr<size_t> Connection::ReceiveRendezvousLocked(
           absl::StrCat(name_, ": no message before the deadline"));
     }
   }
+}
+
+absl::Status Connection::NoMessageWaitingError() const {
+  return absl::DeadlineExceededError(
+      absl::StrCat(name_, ": no message waiting (kNoWait)"));
 }
 
 absl::StatusOr<size_t> Connection::Receive(std::span<std::byte> buffer,

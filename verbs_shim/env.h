@@ -64,6 +64,10 @@ using Clock = std::chrono::steady_clock;
 // A point on an Env's clock (Env::Real(): the steady clock).
 using Deadline = Clock::time_point;
 inline constexpr Deadline kNoDeadline = Deadline::max();
+// Do not wait: a call given kNoWait takes what is there and returns at once
+// (each call says what it looks at); a deadline already past, without a
+// clock read to tell. Like kNoDeadline, it belongs to every clock.
+inline constexpr Deadline kNoWait = Deadline::min();
 
 // Both kinds of clock give steady_clock time points, so a deadline's type
 // cannot say which clock it came from; its value does. A virtual clock
@@ -71,8 +75,8 @@ inline constexpr Deadline kNoDeadline = Deadline::max();
 // steady clock's zero, which the steady clock (time since boot) never
 // reaches, and a scenario never runs 146 years. So a deadline and the time
 // of the Env it is given to are on one clock exactly when both lie on the
-// same side of kVirtualEpoch; kNoDeadline belongs to every clock. The
-// transport's calls refuse a deadline from the other clock, which would
+// same side of kVirtualEpoch; kNoDeadline and kNoWait belong to every clock.
+// The transport's calls refuse a deadline from the other clock, which would
 // otherwise pass at once or never (transport/deadline.h), and Wait() aborts
 // on such a wake time.
 inline constexpr Deadline kVirtualEpoch =
@@ -80,7 +84,7 @@ inline constexpr Deadline kVirtualEpoch =
 
 // Whether `deadline` is on the clock that `now` was read from.
 constexpr bool OnClockOf(Deadline deadline, Deadline now) {
-  return deadline == kNoDeadline ||
+  return deadline == kNoDeadline || deadline == kNoWait ||
          (deadline >= kVirtualEpoch) == (now >= kVirtualEpoch);
 }
 

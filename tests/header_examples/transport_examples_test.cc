@@ -79,6 +79,12 @@ absl::Status ConnectionExample(Connection* connection,
   return closed;
 }
 
+// What a kNoWait receive found: its length, or -1 for nothing there.
+int64_t NoWaitExample(Connection* connection, std::span<std::byte> buffer) {
+  // header-example: transport/connection.h 2
+  return n.ok() ? static_cast<int64_t>(*n) : -1;
+}
+
 absl::StatusOr<size_t> DeadlineExample(const Context& context,
                                        Connection* connection,
                                        std::span<std::byte> buffer) {
@@ -170,15 +176,15 @@ int ArrivalsExample(absl::StatusOr<std::unique_ptr<Engine>>& engine, Env& env,
                                                std::span<const RdmaOp> window,
                                                size_t slot) {
   {
-      // header-example: transport/connection.h 3
-  } {
       // header-example: transport/connection.h 4
   } {
       // header-example: transport/connection.h 5
   } {
       // header-example: transport/connection.h 6
   } {
-    // header-example: transport/connection.h 7
+      // header-example: transport/connection.h 7
+  } {
+    // header-example: transport/connection.h 8
   }
 }
 
@@ -249,6 +255,19 @@ TEST_F(TransportHeaderExamplesTest, ConnectionSendsReceivesWritesCloses) {
   absl::StatusOr<size_t> hello = server_->Receive(buffer, env().DeadlineIn(1s));
   ASSERT_TRUE(hello.ok()) << hello.status();
   EXPECT_EQ(*hello, 5u);
+}
+
+TEST_F(TransportHeaderExamplesTest, NotWaitingTakesWhatIsThere) {
+  ASSERT_NO_FATAL_FAILURE(ConnectPair());
+  std::vector<std::byte> buffer(64);
+  Deadline before = env().Now();
+  EXPECT_EQ(NoWaitExample(server_.get(), buffer), -1);
+  EXPECT_EQ(env().Now(), before);  // nothing waited
+  ASSERT_TRUE(client_->Send(Text("hello")).ok());
+  before = env().Now();
+  EXPECT_EQ(NoWaitExample(server_.get(), buffer), 5);
+  EXPECT_EQ(NoWaitExample(server_.get(), buffer), -1);
+  EXPECT_EQ(env().Now(), before);
 }
 
 TEST_F(TransportHeaderExamplesTest, DeadlineFromTheContextsEnv) {

@@ -14,21 +14,12 @@
 
 #include "gtest/gtest.h"
 #include "tests/engine_fixture.h"
+#include "tests/engine_shapes.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
 
 namespace rdma_transport {
 namespace {
-
-struct Shape {
-  bool srq;
-  ProgressMode progress;
-};
-
-std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) {
-  return std::string(info.param.srq ? "Srq" : "OwnRings") +
-         (info.param.progress == ProgressMode::kEvent ? "Event" : "BusyPoll");
-}
 
 std::span<const std::byte> Bytes(const std::string& text) {
   return std::as_bytes(std::span(text.data(), text.size()));
@@ -40,7 +31,7 @@ bool Readable(int fd) {
 }
 
 class EngineArrivalsTest : public EngineTest,
-                           public ::testing::WithParamInterface<Shape> {
+                           public ::testing::WithParamInterface<EngineShape> {
  protected:
   void SetUp() override {
     EngineTest::SetUp();
@@ -226,13 +217,8 @@ TEST_P(EngineArrivalsTest, ReceivingWithoutWaitingLooksAtNothingElse) {
   EXPECT_GT(servers_[1]->stats().service_turns, turns);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, EngineArrivalsTest,
-                         ::testing::Values(Shape{false,
-                                                 ProgressMode::kBusyPoll},
-                                           Shape{true, ProgressMode::kBusyPoll},
-                                           Shape{false, ProgressMode::kEvent},
-                                           Shape{true, ProgressMode::kEvent}),
-                         ShapeName);
+INSTANTIATE_TEST_SUITE_P(Shapes, EngineArrivalsTest, EngineShapes(),
+                         EngineShapeName);
 
 }  // namespace
 }  // namespace rdma_transport

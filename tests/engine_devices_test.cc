@@ -23,6 +23,7 @@
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
 #include "tests/e2e_fixture.h"
+#include "tests/engine_shapes.h"
 #include "tests/register_for_test.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
@@ -36,19 +37,9 @@ constexpr int kHosts = 2;
 constexpr int kRails = 2;
 constexpr size_t kMaxMessage = 512;
 
-struct Shape {
-  bool srq;
-  ProgressMode progress;
-};
-
 bool Readable(int fd) {
   pollfd entry = {fd, POLLIN, 0};
   return poll(&entry, 1, 0) == 1;
-}
-
-std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) {
-  return std::string(info.param.srq ? "Srq" : "OwnRings") +
-         (info.param.progress == ProgressMode::kEvent ? "Event" : "BusyPoll");
 }
 
 // One connected pair: its rail, and host h's end in end[h].
@@ -60,7 +51,7 @@ struct Pair {
 class EngineDevicesFixture : public ::testing::Test {
  protected:
   // Host h's NIC r is at 10.0.r.(h+1): rail r joins the two hosts' NIC r.
-  void Open(sim::ProgressMode mode, const Shape& shape) {
+  void Open(sim::ProgressMode mode, const EngineShape& shape) {
     sim::FabricOptions fabric_options;
     fabric_options.progress_mode = mode;
     fabric_ = std::make_unique<sim::Fabric>(fabric_options);
@@ -210,7 +201,7 @@ class EngineDevicesFixture : public ::testing::Test {
 };
 
 class EngineDevicesTest : public EngineDevicesFixture,
-                          public ::testing::WithParamInterface<Shape> {};
+                          public ::testing::WithParamInterface<EngineShape> {};
 
 TEST_P(EngineDevicesTest, MessagesBothWaysOnBothRailsFromOneLoopAHost) {
   ASSERT_NO_FATAL_FAILURE(Open(sim::ProgressMode::kImmediate, GetParam()));
@@ -382,13 +373,8 @@ TEST_P(EngineDevicesTest, APortDownFailsItsRailOnlyAndTheOtherRailCarriesOn) {
   ASSERT_NO_FATAL_FAILURE(ReceiveByArrivals(2 * 2 * 3));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, EngineDevicesTest,
-                         ::testing::Values(Shape{false,
-                                                 ProgressMode::kBusyPoll},
-                                           Shape{true, ProgressMode::kBusyPoll},
-                                           Shape{false, ProgressMode::kEvent},
-                                           Shape{true, ProgressMode::kEvent}),
-                         ShapeName);
+INSTANTIATE_TEST_SUITE_P(Shapes, EngineDevicesTest, EngineShapes(),
+                         EngineShapeName);
 
 // What an engine refuses: a list it cannot serve, and a connection on a
 // device it was not made for.

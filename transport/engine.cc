@@ -336,25 +336,9 @@ void Engine::SyncReadyFd() {
   ready_signalled_ = ready;
 }
 
-int Engine::Progress() {
-  ++stats_.progress_calls;
-  int n = 0;
-  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) n += PollLane(lane);
-  // A service turn after kServiceInterval empty polls in a row, and after
-  // kBusyServiceInterval calls however busy (once what was polled is
-  // dispatched): a connection whose ops are stuck is noticed (deadlines,
-  // liveness) while others keep the CQ full.
-  ++turns_since_service_;
-  if (n == 0) {
-    if (++idle_turns_ >= kServiceInterval) MaybeServiceTurn();
-    return 0;
-  }
-  idle_turns_ = 0;
-  if (turns_since_service_ >= kBusyServiceInterval) MaybeServiceTurn();
-  return n;
-}
-
-int Engine::PollLane(uint32_t index) {
+// Inline in Progress(): an engine of one device polls with no call of its
+// own.
+[[gnu::always_inline]] inline int Engine::PollLane(uint32_t index) {
   Lane& lane = lanes_[index];
   ibv_wc wcs[kMaxPollBatch];
   absl::StatusOr<int> polled =
@@ -401,6 +385,24 @@ int Engine::PollLane(uint32_t index) {
     }
     i = j;
   }
+  return n;
+}
+
+int Engine::Progress() {
+  ++stats_.progress_calls;
+  int n = 0;
+  for (uint32_t lane = 0; lane < lanes_.size(); ++lane) n += PollLane(lane);
+  // A service turn after kServiceInterval empty polls in a row, and after
+  // kBusyServiceInterval calls however busy (once what was polled is
+  // dispatched): a connection whose ops are stuck is noticed (deadlines,
+  // liveness) while others keep the CQ full.
+  ++turns_since_service_;
+  if (n == 0) {
+    if (++idle_turns_ >= kServiceInterval) MaybeServiceTurn();
+    return 0;
+  }
+  idle_turns_ = 0;
+  if (turns_since_service_ >= kBusyServiceInterval) MaybeServiceTurn();
   return n;
 }
 

@@ -4,13 +4,15 @@
 // on one engine with blocking calls, PostWrite()/PostRead() batches checked
 // byte for byte, the engine's fd in the caller's epoll set, a dead peer's
 // operations each ended once, back-pressure from a full send queue, and a
-// batch's deadline failing a connection to a peer that stopped answering.
+// batch's deadline failing a connection to a peer that stopped answering,
+// and one engine over both devices.
 // Every wait is bounded by a deadline from the backend's clock (virtual on
 // the simulator), of 30 s without progress: enough for a loaded VM, and it
 // grows with the work since each completion restarts it.
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -21,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "sim/fabric.h"
+#include "tests/connection_pair.h"
 #include "tests/e2e_fixture.h"
 #include "tests/register_for_test.h"
 #include "transport/connection.h"
@@ -108,6 +111,128 @@ class EngineEndToEndTest : public EndToEndTest {
   std::unique_ptr<Engine> engine_;
   std::vector<ConnectionPair> pairs_;
 };
+
+// One engine over both devices (engine.h, "Several devices"): a connection
+// from each device to the other with its dialling end on the engine (the
+// accepting ends on CQs of their own), driven by one loop: the peers'
+// messages found through ReadyConnection(), answers sent back, then WRITEs
+// and READs on both, checked byte for byte. Over rxe, two CQs of two
+// devices behind one fd.
+TEST_F(EngineEndToEndTest, OneEngineDrivesConnectionsOnBothDevices) {
+  OpenContexts();
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create({&client_context(), &server_context()});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  engine_ = *std::move(engine);
+  ConnectionOptions on_engine;
+  on_engine.engine = engine_.get();
+  // pairs_[d]: dialled from device d (0: the client's context).
+  Context* devices[2] = {&client_context(), &server_context()};
+  for (int d = 0; d < 2; ++d) {
+    DialResult dial =
+        DialWith(*devices[d], *devices[1 - d], on_engine, ConnectionOptions{},
+                 TestListenerOptions(), ListenAddress());
+    ASSERT_TRUE(dial.client.ok()) << dial.client.status();
+    ASSERT_TRUE(dial.server.ok()) << dial.server.status();
+    pairs_.push_back({*std::move(dial.client), *std::move(dial.server)});
+  }
+  EXPECT_EQ(engine_->stats().devices, 2u);
+  EXPECT_EQ(engine_->stats().connections, 2u);
+
+  std::vector<std::byte> message(4096);
+  std::vector<std::byte> buffer(4096);
+  const int messages = Scaled(200);
+  // The first messages: no more than the engine ends' credits (16) before
+  // they receive; each answer below lets the next one go.
+  const int first = std::min(messages, 8);
+  for (int d = 0; d < 2; ++d) {
+    for (int seq = 0; seq < first; ++seq) {
+      const size_t length = MessageLength(d, seq, 4096);
+      FillMessage(d, seq, {message.data(), length});
+      E2E_ASSERT_OK(
+          pairs_[d].server->Send({message.data(), length}, In(seconds(30))));
+    }
+  }
+  int received[2] = {0, 0};
+  int sent[2] = {first, first};
+  Deadline last = env().Now();
+  while (received[0] < messages || received[1] < messages) {
+    ASSERT_LT(env().Now() - last, seconds(30))
+        << received[0] << " and " << received[1] << " of " << messages;
+    if (engine_->Progress() == 0 && engine_->connections_ready() == 0) {
+      const absl::Status waited = engine_->Wait(last + seconds(30));
+      ASSERT_TRUE(waited.ok() || absl::IsDeadlineExceeded(waited)) << waited;
+    }
+    while (Connection* ready = engine_->ReadyConnection()) {
+      const int d = ready == pairs_[0].client.get()   ? 0
+                    : ready == pairs_[1].client.get() ? 1
+                                                      : -1;
+      ASSERT_GE(d, 0) << "a connection not dialled here is ready";
+      absl::StatusOr<size_t> n = ready->Receive(buffer, kNoWait);
+      ASSERT_TRUE(n.ok()) << n.status();
+      ASSERT_EQ(CheckMessage(d, received[d], {buffer.data(), *n}), "")
+          << "device " << d << ", message " << received[d];
+      ++received[d];
+      last = env().Now();
+      // Its answer, and the peer's next message (the peer's own CQ).
+      E2E_ASSERT_OK(ready->Send({buffer.data(), *n}, In(seconds(30))));
+      absl::StatusOr<size_t> echo =
+          pairs_[d].server->Receive(message, In(seconds(30)));
+      ASSERT_TRUE(echo.ok()) << echo.status();
+      ASSERT_EQ(CheckMessage(d, received[d] - 1, {message.data(), *echo}), "");
+      if (sent[d] < messages) {
+        const size_t length = MessageLength(d, sent[d], 4096);
+        FillMessage(d, sent[d], {message.data(), length});
+        E2E_ASSERT_OK(
+            pairs_[d].server->Send({message.data(), length}, In(seconds(30))));
+        ++sent[d];
+      }
+    }
+  }
+
+  // WRITEs, then READs of what was written, from each engine end to the
+  // memory of its peer on the other device.
+  constexpr size_t kOps = 16;
+  std::vector<std::byte> source[2], target[2], readback[2];
+  MemoryRegion source_mr[2], target_mr[2], readback_mr[2];
+  for (int d = 0; d < 2; ++d) {
+    source[d].resize(kOps * kSpan);
+    target[d].assign(kOps * kSpan, std::byte{0});
+    readback[d].assign(kOps * kSpan, std::byte{0});
+    for (size_t op = 0; op < kOps; ++op) {
+      FillMessage(100 + d, op, {source[d].data() + op * kSpan, kSpan});
+    }
+    source_mr[d] = RegisterForTest(*devices[d], source[d], kLocalOnly);
+    target_mr[d] =
+        RegisterForTest(*devices[1 - d], target[d], kRemoteRead | kRemoteWrite);
+    readback_mr[d] = RegisterForTest(*devices[d], readback[d], kLocalWrite);
+  }
+  for (bool write : {true, false}) {
+    std::map<OpHandle, Completion> ended;
+    std::map<OpHandle, int> posted;
+    for (int d = 0; d < 2; ++d) {
+      std::vector<RdmaOp> ops;
+      for (size_t op = 0; op < kOps; ++op) {
+        ops.push_back({write ? &source_mr[d] : &readback_mr[d], op * kSpan,
+                       kSpan, target_mr[d].remote(), op * kSpan});
+      }
+      absl::StatusOr<OpHandle> first = write ? pairs_[d].client->PostWrite(ops)
+                                             : pairs_[d].client->PostRead(ops);
+      ASSERT_TRUE(first.ok()) << first.status();
+      for (size_t op = 0; op < kOps; ++op) posted[*first + op] = d;
+    }
+    ASSERT_NO_FATAL_FAILURE(DriveUntil(ended, posted.size()));
+    for (const auto& [handle, done] : ended) {
+      ASSERT_EQ(posted.count(handle), 1u) << "op " << handle;
+      EXPECT_EQ(done.outcome, OpOutcome::kCompleted) << done.status;
+      EXPECT_EQ(done.connection, pairs_[posted[handle]].client.get());
+    }
+  }
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(target[d], source[d]) << "device " << d;
+    EXPECT_EQ(readback[d], source[d]) << "device " << d;
+  }
+}
 
 TEST_F(EngineEndToEndTest, SeveralConnectionsOnOneEngineSendAndReceive) {
   constexpr int kPairs = 4;

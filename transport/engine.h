@@ -186,9 +186,9 @@
 // thread. The engine takes no lock of its own; dispatching to a
 // connection takes that connection's mutex, uncontended under this contract.
 //
-// Ownership. Create() takes a Context that must outlive the engine; every
+// Ownership. Create() takes Contexts that must outlive the engine; every
 // attached connection must be destroyed before the engine (its destructor
-// aborts otherwise: the connections' QPs use its CQ and SRQ). A connection
+// aborts otherwise: the connections' QPs use its CQs and SRQs). A connection
 // on the shared queue being destroyed moves its QP to ERR and has the engine
 // poll the CQ empty first (its own completions then count as stale), so no
 // shared slot is lost with the completions ibv_destroy_qp cleans away.

@@ -210,11 +210,7 @@ absl::StatusOr<uint32_t> Engine::Attach(Connection* connection,
                                         const Context& context, uint32_t qp_num,
                                         uint32_t cq_entries,
                                         uint32_t srq_credits) {
-  const uint32_t index = LaneOf(context);
-  if (index == kNoLane) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the engine does not serve ", context.device_name(), "'s Context"));
-  }
+  const uint32_t index = LaneOf(context);  // served: CreateQueues() checked
   Lane& lane = lanes_[index];
   if (free_slots_.empty()) {
     return absl::ResourceExhaustedError(
@@ -247,9 +243,7 @@ absl::StatusOr<uint32_t> Engine::Attach(Connection* connection,
 
 void Engine::DrainForDetach(uint32_t slot) {
   Slot& s = slots_[slot];
-  if (s.connection == nullptr || lanes_[s.lane_qp >> 32].pool == nullptr) {
-    return;
-  }
+  if (s.connection == nullptr || lanes_[LaneOfSlot(s)].pool == nullptr) return;
   Connection* const connection = s.connection;
   s.connection = nullptr;  // its completions are stale from here on
   while (Progress() > 0) {
@@ -263,8 +257,8 @@ void Engine::Detach(uint32_t slot) {
   WatchSetupStream(slot, -1);
   ready_.Remove(slot);
   if (ready_fd_ >= 0) SyncReadyFd();
-  Lane& lane = lanes_[s.lane_qp >> 32];
-  const uint32_t qp_num = static_cast<uint32_t>(s.lane_qp & kLaneMask);
+  Lane& lane = lanes_[LaneOfSlot(s)];
+  const uint32_t qp_num = static_cast<uint32_t>(s.lane_qp);
   lane.cq_reserved -= s.cq_entries;
   if (lane.pool != nullptr) lane.pool->Unreserve(s.srq_credits);
   if (lane.qp_slots.Find(qp_num) == slot) lane.qp_slots.Erase(qp_num);
@@ -408,7 +402,7 @@ int Engine::Progress() {
 
 void Engine::FailLane(uint32_t lane, const absl::Status& status) {
   for (Slot& s : slots_) {
-    if (s.connection != nullptr && (s.lane_qp >> 32) == lane) {
+    if (s.connection != nullptr && LaneOfSlot(s) == lane) {
       s.connection->EngineFail(status);
     }
   }

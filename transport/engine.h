@@ -474,6 +474,9 @@ class Engine {
     uint32_t srq_credits = 0;
     int setup_fd = -1;
   };
+  static uint32_t LaneOfSlot(const Slot& slot) {
+    return static_cast<uint32_t>(slot.lane_qp >> 32);
+  }
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;  // a stack
   // The slots whose connections hold messages not yet received.

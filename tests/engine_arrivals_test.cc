@@ -4,8 +4,6 @@
 // exactly while one is ready. On the simulator, with and without a shared
 // receive queue. The clients are on the engine and receive; the servers
 // (on their own CQs) send.
-#include <poll.h>
-
 #include <cstring>
 #include <memory>
 #include <span>
@@ -15,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/engine_fixture.h"
 #include "tests/engine_shapes.h"
+#include "tests/readable_now.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
 
@@ -23,11 +22,6 @@ namespace {
 
 std::span<const std::byte> Bytes(const std::string& text) {
   return std::as_bytes(std::span(text.data(), text.size()));
-}
-
-bool Readable(int fd) {
-  pollfd entry = {fd, POLLIN, 0};
-  return poll(&entry, 1, 0) == 1;
 }
 
 class EngineArrivalsTest : public EngineTest,
@@ -164,20 +158,20 @@ TEST_P(EngineArrivalsTest, TheFdIsReadableWhileAConnectionIsReady) {
     GTEST_SKIP() << "kBusyPoll: the fd says nothing of arrivals";
   }
   ConnectPairs(2);
-  EXPECT_FALSE(Readable(engine_->fd()));
+  EXPECT_FALSE(ReadableNow(engine_->fd()));
   Arrive(0, "a");
   Arrive(1, "b");
   Arrive(1, "c");
-  EXPECT_TRUE(Readable(engine_->fd()));
+  EXPECT_TRUE(ReadableNow(engine_->fd()));
   EXPECT_EQ(ReceiveReady(), "a");
-  EXPECT_TRUE(Readable(engine_->fd()));
+  EXPECT_TRUE(ReadableNow(engine_->fd()));
   EXPECT_EQ(ReceiveReady(), "b");
   EXPECT_EQ(ReceiveReady(), "c");
-  EXPECT_FALSE(Readable(engine_->fd()));
+  EXPECT_FALSE(ReadableNow(engine_->fd()));
   Arrive(0, "d");
-  EXPECT_TRUE(Readable(engine_->fd()));
+  EXPECT_TRUE(ReadableNow(engine_->fd()));
   EXPECT_EQ(ReceiveReady(), "d");
-  EXPECT_FALSE(Readable(engine_->fd()));
+  EXPECT_FALSE(ReadableNow(engine_->fd()));
 }
 
 // kNoWait (connection.h, "Not waiting"): an empty receive takes no service

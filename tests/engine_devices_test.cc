@@ -6,8 +6,6 @@
 // queues; the engine's fd readable for a completion on either device; a port
 // going down on one NIC failing that rail's connections only; and the lists
 // and connections an engine refuses.
-#include <poll.h>
-
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -24,6 +22,7 @@
 #include "tests/connection_pair.h"
 #include "tests/e2e_fixture.h"
 #include "tests/engine_shapes.h"
+#include "tests/readable_now.h"
 #include "tests/register_for_test.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
@@ -36,11 +35,6 @@ using std::chrono::milliseconds;
 constexpr int kHosts = 2;
 constexpr int kRails = 2;
 constexpr size_t kMaxMessage = 512;
-
-bool Readable(int fd) {
-  pollfd entry = {fd, POLLIN, 0};
-  return poll(&entry, 1, 0) == 1;
-}
 
 // One connected pair: its rail, and host h's end in end[h].
 struct Pair {
@@ -312,11 +306,11 @@ TEST_P(EngineDevicesTest, TheFdSignalsEitherDevicesCompletions) {
     // Nothing there: Wait() arms the CQs and returns at its deadline.
     const absl::Status armed = engines_[0]->Wait(env().Now());
     ASSERT_TRUE(absl::IsDeadlineExceeded(armed)) << armed;
-    ASSERT_FALSE(Readable(engines_[0]->fd())) << "turn " << turn;
+    ASSERT_FALSE(ReadableNow(engines_[0]->fd())) << "turn " << turn;
     if (turn == 2 * kRails) break;
     ASSERT_NO_FATAL_FAILURE(SendOnEveryPair(1, 1, r));
     fabric_->RunUntilIdle();
-    EXPECT_TRUE(Readable(engines_[0]->fd())) << "rail " << r;
+    EXPECT_TRUE(ReadableNow(engines_[0]->fd())) << "rail " << r;
     const absl::Status woke =
         engines_[0]->Wait(env().DeadlineIn(milliseconds(500)));
     ASSERT_TRUE(woke.ok()) << "rail " << r << ": " << woke;

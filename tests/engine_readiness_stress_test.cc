@@ -6,7 +6,6 @@
 // and an epoll_wait() that times out while messages are still coming fails
 // the test. Each connection's messages arrive once, in order. On the
 // simulator's wall clock (real threads, real sockets).
-#include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include "sim/fabric.h"
 #include "sim/sim_verbs.h"
 #include "tests/connection_pair.h"
+#include "tests/readable_now.h"
 #include "transport/connection.h"
 #include "transport/engine.h"
 
@@ -30,11 +30,6 @@ namespace {
 
 constexpr int kConnections = 64;
 constexpr uint32_t kMessages = 100000;
-
-bool Readable(int fd) {
-  pollfd entry = {fd, POLLIN, 0};
-  return poll(&entry, 1, 0) == 1;
-}
 
 TEST(EngineReadinessStressTest, NoMessageIsQueuedWithoutAReadableFd) {
   sim::Fabric fabric({.clock = sim::ClockMode::kWallClock});
@@ -111,7 +106,7 @@ TEST(EngineReadinessStressTest, NoMessageIsQueuedWithoutAReadableFd) {
     while ((*engine)->Progress() > 0) {
     }
     while (Connection* ready = (*engine)->ReadyConnection()) {
-      ASSERT_TRUE(Readable((*engine)->fd()))
+      ASSERT_TRUE(ReadableNow((*engine)->fd()))
           << (*engine)->connections_ready() << " connection(s) ready, fd not";
       ++checks;
       absl::StatusOr<size_t> n = ready->Receive(buffer, env.Now());
